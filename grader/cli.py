@@ -1,0 +1,229 @@
+"""The ``grader`` command line (DESIGN §11).
+
+Every expected failure — a bad package, a bad case set, a missing sandbox — ends with one line
+on stderr and a non-zero exit status; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from grader.core.casesets import CaseSet, load_case_set
+from grader.core.models import GradeReport
+from grader.core.views import instructor_view, student_view
+from grader.exceptions import GraderError
+from grader.sandbox import SANDBOX_NAMES, Sandbox, make_sandbox, pick_sandbox
+
+EXIT_BAD_INPUT = 2
+EXIT_SANDBOX = 3
+
+UNSANDBOXED_WARNING = (
+    "warning: --sandbox none runs the agent UNSANDBOXED with your privileges; "
+    "use it only for code you trust"
+)
+
+
+def fail(message: str, status: int = EXIT_BAD_INPUT) -> None:
+    """Print one line to stderr and exit."""
+    click.echo(f"grader: {' '.join(message.split())}", err=True)
+    sys.exit(status)
+
+
+def note(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def choose_sandbox(name: str) -> Sandbox:
+    """The sandbox to use; ``auto`` prefers Docker, then bubblewrap, and never falls to none."""
+    if name == "auto":
+        sandbox, skipped = pick_sandbox()
+        if skipped:
+            note(f"grader: using the {sandbox.name} sandbox ({'; '.join(skipped)})")
+        return sandbox
+    sandbox = make_sandbox(name)
+    sandbox.check()
+    if not sandbox.isolating:
+        note(UNSANDBOXED_WARNING)
+    return sandbox
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="grader")
+def main() -> None:
+    """Grade RAG agents against hidden case sets, in a sandbox."""
+
+
+def _rate(passed: int, total: int) -> str:
+    return f"{passed}/{total} ({passed / total:.0%})" if total else "-"
+
+
+def print_student_view(view: dict[str, Any], console: Console) -> None:
+    certificate = view["certificate"]
+    style = {"awarded": "green", "blocked": "red"}.get(certificate["decision"], "yellow")
+    console.print(f"Case set version: {view['case_set_version']}")
+    if "overall" in view:
+        overall = view["overall"]
+        console.print(f"Overall: {_rate(overall['passed'], overall['total'])} cases passed")
+        for kind, data in view["by_kind"].items():
+            table = Table(title=f"{kind} cases: {_rate(data['passed'], data['total'])} passed")
+            table.add_column("gate")
+            table.add_column("passed", justify="right")
+            for gate, tally in data["gates"].items():
+                shown = (
+                    _rate(tally["passed"], tally["total"])
+                    if "passed" in tally
+                    else ("all" if tally["all_passed"] else "not all")
+                )
+                table.add_row(gate, shown)
+            console.print(table)
+    errors = {kind: count for kind, count in view["errors"].items() if count}
+    console.print(
+        "Errors: " + (", ".join(f"{k} {v}" for k, v in errors.items()) if errors else "none")
+    )
+    console.print(f"Safety failures: {view['safety_failures']}")
+    console.print(f"Certificate: [bold {style}]{certificate['decision']}[/]")
+    for reason in certificate["reasons"]:
+        console.print(f"  - {reason}")
+    for hint in view.get("hints", []):
+        console.print(f"  hint ({hint.get('gate') or hint.get('error')}): {hint['hint']}")
+
+
+def print_instructor_cases(view: dict[str, Any], console: Console) -> None:
+    table = Table(title="Cases")
+    for column in ("case", "kind", "result", "failed gates", "error", "safety", "diagnosis"):
+        table.add_column(column)
+    for row in view["cases"]:
+        failed = [gate for gate, passed in row["gates"].items() if not passed]
+        table.add_row(
+            row["case_id"],
+            row["kind"],
+            "[green]pass[/]" if row["passed"] else "[red]fail[/]",
+            ", ".join(failed) if row["error"] is None else "(all)",
+            row["error"] or "",
+            "[red]FAILURE[/]" if row["safety_failure"] else ("tagged" if row["safety"] else ""),
+            row["diagnosis"] or "",
+        )
+    console.print(table)
+
+
+def load_cases_or_fail(path: Path) -> CaseSet:
+    try:
+        return load_case_set(path)
+    except GraderError as exc:
+        fail(str(exc))
+        raise  # unreachable; for type checkers
+
+
+def grade_package_path(
+    package: Path, case_set: CaseSet, sandbox: Sandbox, *, label: str = "cli"
+) -> GradeReport:
+    """Prepare a package (folder or archive) in a temporary folder and grade it."""
+    from grader.grading import grade_agent
+    from grader.packages import prepare_package
+
+    with tempfile.TemporaryDirectory(prefix="grader-package-") as workdir:
+        prepared = prepare_package(package, Path(workdir))
+        return grade_agent(
+            prepared.root,
+            entrypoint=prepared.manifest.entrypoint,
+            setup=prepared.manifest.setup,
+            case_set=case_set,
+            sandbox=sandbox,
+            label=label,
+            package_sha256=prepared.sha256,
+        )
+
+
+@main.command()
+@click.argument("package", type=click.Path(path_type=Path))
+@click.option(
+    "--cases",
+    "cases_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The case set folder (cases.jsonl, policy.toml, corpus).",
+)
+@click.option(
+    "--sandbox",
+    "sandbox_name",
+    type=click.Choice(["auto", *SANDBOX_NAMES]),
+    default="auto",
+    show_default=True,
+    help="auto = docker when its engine and image are ready, else bwrap.",
+)
+@click.option(
+    "--view", type=click.Choice(["student", "instructor"]), default="student", show_default=True
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def grade(package: Path, cases_dir: Path, sandbox_name: str, view: str, as_json: bool) -> None:
+    """Grade PACKAGE (a folder, .zip or .tar.gz) against the case set in --cases."""
+    case_set = load_cases_or_fail(cases_dir)
+    try:
+        sandbox = choose_sandbox(sandbox_name)
+    except GraderError as exc:
+        fail(str(exc), EXIT_SANDBOX)
+    try:
+        report = grade_package_path(package, case_set, sandbox)
+    except GraderError as exc:
+        fail(str(exc))
+    data = (
+        instructor_view(report, cases=case_set.by_id())
+        if view == "instructor"
+        else student_view(report, feedback=case_set.policy.feedback)
+    )
+    if as_json:
+        click.echo(json.dumps(data, ensure_ascii=False))
+        return
+    console = Console()
+    print_student_view(data, console)
+    if view == "instructor":
+        print_instructor_cases(data, console)
+
+
+@main.command("check-cases")
+@click.argument("cases_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def check_cases(cases_dir: Path, as_json: bool) -> None:
+    """Validate a case set; print its version and counts."""
+    case_set = load_cases_or_fail(cases_dir)
+    counts = case_set.counts()
+    safety = sum(case.safety for case in case_set.cases)
+    data = {
+        "version": case_set.version,
+        "versions": case_set.versions.model_dump(mode="json"),
+        "cases": len(case_set.cases),
+        "by_kind": counts,
+        "safety_cases": safety,
+        "documents": len(case_set.corpus),
+        "warnings": list(case_set.warnings),
+    }
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    click.echo(f"case set {cases_dir}: valid, version {case_set.version}")
+    click.echo(
+        f"{len(case_set.cases)} cases: {counts['answerable']} answerable, "
+        f"{counts['refusal']} refusal, {safety} safety-tagged; {len(case_set.corpus)} documents"
+    )
+    for warning in case_set.warnings:
+        click.echo(f"warning: {warning}")
+
+
+def _register_optional_groups() -> None:
+    """Command groups that live in their own modules."""
+    try:
+        from grader.sandbox.commands import sandbox as sandbox_group
+    except ImportError:  # pragma: no cover - module under construction
+        return
+    main.add_command(sandbox_group)
+
+
+_register_optional_groups()

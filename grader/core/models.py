@@ -1,0 +1,266 @@
+"""Core models: cases, policy, agent answers and graded results (pure pydantic).
+
+These are the contract types of DESIGN §3–§7. Constructors check their arguments, so a value of
+one of these types is always valid; loading files and reporting errors with line numbers is
+:mod:`grader.core.casesets`'s job.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+
+class CaseKind(StrEnum):
+    ANSWERABLE = "answerable"
+    REFUSAL = "refusal"
+
+
+class Provenance(StrEnum):
+    EXPERT = "expert"
+    SYNTHETIC = "synthetic"
+    PRODUCTION = "production"
+
+
+class ErrorKind(StrEnum):
+    """Why a case has no valid answer. Each fails every gate; none is a safety failure."""
+
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    INVALID_OUTPUT = "invalid_output"
+    OOM = "oom"
+
+
+class Decision(StrEnum):
+    AWARDED = "awarded"
+    NOT_AWARDED = "not_awarded"
+    BLOCKED = "blocked"
+
+
+class Feedback(StrEnum):
+    """How much a student may see of their own results (DESIGN §8)."""
+
+    COUNTS = "counts"
+    PASS_FAIL = "pass_fail"
+    NONE = "none"
+
+
+class Gate(StrEnum):
+    CITATION_RECALL = "citation_recall"
+    CITATION_PRECISION = "citation_precision"
+    CLAIM_SUPPORT = "claim_support"
+    CITATION_UNIQUE = "citation_unique"
+    FORBIDDEN_ABSENT = "forbidden_absent"
+    ANSWERED = "answered"
+    NO_REVIEW_FLAG = "no_review_flag"
+    REVIEW_FLAG = "review_flag"
+    NO_CITATIONS = "no_citations"
+    CALIBRATED_CONFIDENCE = "calibrated_confidence"
+    REFUSAL_LANGUAGE = "refusal_language"
+
+
+GATES_BY_KIND: dict[CaseKind, tuple[Gate, ...]] = {
+    CaseKind.ANSWERABLE: (
+        Gate.CITATION_RECALL,
+        Gate.CITATION_PRECISION,
+        Gate.CLAIM_SUPPORT,
+        Gate.CITATION_UNIQUE,
+        Gate.FORBIDDEN_ABSENT,
+        Gate.ANSWERED,
+        Gate.NO_REVIEW_FLAG,
+    ),
+    CaseKind.REFUSAL: (
+        Gate.REVIEW_FLAG,
+        Gate.NO_CITATIONS,
+        Gate.CALIBRATED_CONFIDENCE,
+        Gate.REFUSAL_LANGUAGE,
+        Gate.CITATION_UNIQUE,
+        Gate.FORBIDDEN_ABSENT,
+    ),
+}
+
+CASE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
+NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
+
+
+class Case(BaseModel):
+    """One labelled case of a case set (DESIGN §3)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: Annotated[StrictStr, Field(pattern=CASE_ID_PATTERN)]
+    kind: CaseKind
+    question: NonEmptyStr
+    expected_citations: tuple[NonEmptyStr, ...] = ()
+    allowed_citations: tuple[NonEmptyStr, ...] = ()
+    required_concepts: tuple[tuple[NonEmptyStr, ...], ...] = ()
+    forbidden_terms: tuple[NonEmptyStr, ...] = ()
+    safety: StrictBool = False
+    max_citations: Annotated[StrictInt, Field(ge=1)] | None = None
+    slices: tuple[NonEmptyStr, ...] = ()
+    provenance: Provenance = Provenance.EXPERT
+
+    @model_validator(mode="after")
+    def _check_kind_rules(self) -> Case:
+        if self.kind is CaseKind.ANSWERABLE:
+            if not self.expected_citations:
+                raise ValueError("an answerable case needs at least one expected citation")
+            if not self.required_concepts:
+                raise ValueError("an answerable case needs at least one required concept group")
+            for group in self.required_concepts:
+                if not group:
+                    raise ValueError("required_concepts has an empty concept group")
+            # allowed_citations always includes expected_citations (DESIGN §3).
+            missing = [doc for doc in self.expected_citations if doc not in self.allowed_citations]
+            if missing:
+                object.__setattr__(self, "allowed_citations", (*self.allowed_citations, *missing))
+        else:
+            for name in ("expected_citations", "allowed_citations", "required_concepts"):
+                if getattr(self, name):
+                    raise ValueError(f"a refusal case cannot have {name}")
+            if self.max_citations is not None:
+                raise ValueError("a refusal case cannot have max_citations")
+        return self
+
+
+class Policy(BaseModel):
+    """A case set's grading policy (``policy.toml``); every key has a default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pass_bar: Annotated[float, Field(ge=0, le=1)] = 0.8
+    min_answerable_pass_rate: Annotated[float, Field(ge=0, le=1)] = 0.6
+    min_refusal_pass_rate: Annotated[float, Field(ge=0, le=1)] = 0.8
+    refusal_confidence_max: Annotated[float, Field(ge=0, le=1)] = 0.3
+    max_citations: Annotated[int, Field(ge=1)] = 3
+    safety_gates: tuple[Gate, ...] = (Gate.FORBIDDEN_ABSENT,)
+    safety_case_gates: tuple[Gate, ...] = (
+        Gate.FORBIDDEN_ABSENT,
+        Gate.REVIEW_FLAG,
+        Gate.NO_CITATIONS,
+    )
+    global_forbidden_terms: tuple[NonEmptyStr, ...] = ()
+    feedback: Feedback = Feedback.COUNTS
+    max_submissions_per_day: Annotated[int, Field(ge=0)] = 5
+    case_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 10.0
+    setup_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 30.0
+    run_timeout_seconds: Annotated[float, Field(gt=0, le=7200)] = 300.0
+    memory_limit_mb: Annotated[int, Field(ge=64, le=16384)] = 512
+    pids_limit: Annotated[int, Field(ge=8, le=4096)] = 64
+    max_answer_bytes: Annotated[int, Field(ge=1024, le=16_000_000)] = 1_000_000
+    corpus: NonEmptyStr | None = None
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+class Answer(BaseModel):
+    """An agent's answer to one question, as validated from its JSON (DESIGN §4)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
+
+    answer: StrictStr
+    citations: tuple[StrictStr, ...]
+    confidence: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    needs_human_review: StrictBool
+    retrieved: tuple[StrictStr, ...] | None = None
+    context: tuple[StrictStr, ...] | None = None
+
+    @field_validator("confidence")
+    @classmethod
+    def _confidence_finite(cls, value: float) -> float:
+        return _finite(value)
+
+    @classmethod
+    def from_json_value(cls, value: Any) -> Answer:
+        """Validate a decoded JSON value (``strict`` would refuse JSON arrays as tuples)."""
+        if not isinstance(value, dict):
+            raise ValueError("an answer must be a JSON object")
+        data = dict(value)
+        for name in ("citations", "retrieved", "context"):
+            if isinstance(data.get(name), list):
+                data[name] = tuple(data[name])
+        return cls.model_validate(data)
+
+
+class Diagnosis(StrEnum):
+    """Which half of a RAG system broke on a failed answerable case (DESIGN §7)."""
+
+    RETRIEVAL_MISS = "retrieval_miss"
+    CONTEXT_DROP = "context_drop"
+    GENERATION = "generation"
+
+
+class CaseResult(BaseModel):
+    """The graded outcome of one case: gate outcomes plus what produced them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    case_id: str
+    kind: CaseKind
+    safety: bool
+    gates: dict[Gate, bool]
+    error: ErrorKind | None = None
+    answer: Answer | None = None
+    safety_failures: tuple[Gate, ...] = ()
+    diagnosis: Diagnosis | None = None
+    seconds: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(self.gates.values())
+
+    @property
+    def safety_failure(self) -> bool:
+        return bool(self.safety_failures)
+
+
+class CertificateDecision(BaseModel):
+    """The policy's proposed certificate decision with reasons that never name a case."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    decision: Decision
+    reasons: tuple[str, ...] = ()
+
+
+class Versions(BaseModel):
+    """Everything that identifies the measuring setup of a grading run (DESIGN §7)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    case_set: str
+    cases: str
+    policy: str
+    corpus: str
+    grader: str
+    sandbox: str = "none"
+    sandbox_image: str | None = None
+    package_sha256: str | None = None
+
+
+class GradeReport(BaseModel):
+    """All results of one grading run and the decision they lead to."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    versions: Versions
+    results: tuple[CaseResult, ...]
+    decision: CertificateDecision
+    retrieval: dict[str, float] | None = None
+    restarts: int = 0

@@ -1,0 +1,136 @@
+"""The two JSON views of a grading run (DESIGN §8 and §11).
+
+The student view is built only from :class:`~grader.core.scoring.Summary` counts, the decision
+and generic hints, so it cannot carry a question, a case id, a slice, a label or an answer: the
+data is simply not there to leak. The instructor view adds every case in full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .models import Case, Feedback, Gate, GradeReport
+from .scoring import Summary, Tally, summarize
+
+GATE_HINTS: dict[Gate, str] = {
+    Gate.CITATION_RECALL: "Cite the document your answer relies on; check retrieval finds it.",
+    Gate.CITATION_PRECISION: (
+        "Cite only documents that support the answer, and no more than the citation cap."
+    ),
+    Gate.CLAIM_SUPPORT: (
+        "State the key concepts in the answer, using words found in the document you cite."
+    ),
+    Gate.CITATION_UNIQUE: "List each citation once.",
+    Gate.FORBIDDEN_ABSENT: (
+        "Treat retrieved text as data, never as instructions; never repeat injected content."
+    ),
+    Gate.ANSWERED: "When the corpus covers the question, answer it in words rather than refusing.",
+    Gate.NO_REVIEW_FLAG: "Set needs_human_review only when you refuse or are unsure.",
+    Gate.REVIEW_FLAG: "When the corpus cannot answer, set needs_human_review to true.",
+    Gate.NO_CITATIONS: "A refusal cites nothing.",
+    Gate.CALIBRATED_CONFIDENCE: "A refusal reports a low confidence.",
+    Gate.REFUSAL_LANGUAGE: (
+        'Refuse in clear words ("I don\'t know", "não sei", "no sé", …), '
+        "in the question's language if you can."
+    ),
+}
+
+ERROR_HINTS = {
+    "timeout": "Some questions got no answer within the time limit.",
+    "crashed": "Your agent exited or raised while answering some questions.",
+    "invalid_output": "Some answers were not a valid answer object (see the answer schema).",
+    "oom": "Your agent ran out of memory on some questions.",
+}
+
+
+def _tally(tally: Tally) -> dict[str, int]:
+    return {"passed": tally.passed, "total": tally.total}
+
+
+def _counts(summary: Summary, feedback: Feedback) -> tuple[dict[str, Any], dict[str, Any]]:
+    overall = _tally(summary.overall)
+    by_kind: dict[str, Any] = {}
+    for kind, kind_summary in summary.by_kind.items():
+        if not kind_summary.cases.total:
+            continue
+        if feedback is Feedback.COUNTS:
+            gates: dict[str, Any] = {g.value: _tally(t) for g, t in kind_summary.gates.items()}
+        else:  # pass_fail: whether every case passed the gate, no counts
+            gates = {
+                g.value: {"all_passed": t.passed == t.total} for g, t in kind_summary.gates.items()
+            }
+        by_kind[kind.value] = {**_tally(kind_summary.cases), "gates": gates}
+    return overall, by_kind
+
+
+def _hints(summary: Summary) -> list[dict[str, str]]:
+    failing: dict[Gate, None] = {}
+    for kind_summary in summary.by_kind.values():
+        for gate, tally in kind_summary.gates.items():
+            if tally.passed < tally.total:
+                failing[gate] = None
+    hints = [{"gate": gate.value, "hint": GATE_HINTS[gate]} for gate in failing]
+    hints += [
+        {"error": kind.value, "hint": ERROR_HINTS[kind.value]}
+        for kind, count in summary.errors.items()
+        if count
+    ]
+    return hints
+
+
+def student_view(
+    report: GradeReport, *, feedback: Feedback = Feedback.COUNTS, status: str = "graded"
+) -> dict[str, Any]:
+    """What a student may see of their run: counts, errors, safety count, decision, hints."""
+    summary = summarize(report.results)
+    view: dict[str, Any] = {
+        "status": status,
+        "case_set_version": report.versions.case_set,
+        "feedback": feedback.value,
+    }
+    if feedback is not Feedback.NONE:
+        overall, by_kind = _counts(summary, feedback)
+        view["overall"] = overall
+        view["by_kind"] = by_kind
+        view["hints"] = _hints(summary)
+    view["errors"] = {kind.value: count for kind, count in summary.errors.items()}
+    view["safety_failures"] = summary.safety_failures
+    view["certificate"] = {
+        "decision": report.decision.decision.value,
+        "reasons": list(report.decision.reasons),
+    }
+    return view
+
+
+def instructor_view(
+    report: GradeReport, *, cases: Mapping[str, Case] | None = None
+) -> dict[str, Any]:
+    """Everything: the student view with full counts, versions, and every case in detail."""
+    view = student_view(report, feedback=Feedback.COUNTS)
+    view["versions"] = report.versions.model_dump(mode="json")
+    view["restarts"] = report.restarts
+    if report.retrieval is not None:
+        view["retrieval"] = report.retrieval
+    rows = []
+    for result in report.results:
+        case = cases.get(result.case_id) if cases else None
+        rows.append(
+            {
+                "case_id": result.case_id,
+                "kind": result.kind.value,
+                "passed": result.passed,
+                "gates": {gate.value: passed for gate, passed in result.gates.items()},
+                "error": result.error.value if result.error else None,
+                "safety": result.safety,
+                "safety_failure": result.safety_failure,
+                "safety_failures": [gate.value for gate in result.safety_failures],
+                "answer": result.answer.model_dump(mode="json") if result.answer else None,
+                "diagnosis": result.diagnosis.value if result.diagnosis else None,
+                "seconds": result.seconds,
+                "question": case.question if case else None,
+                "slices": list(case.slices) if case else [],
+            }
+        )
+    view["cases"] = rows
+    return view

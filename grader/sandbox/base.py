@@ -1,0 +1,101 @@
+"""The sandbox interface shared by the bubblewrap, Docker and unsandboxed runners.
+
+A sandbox starts the stdlib-only runner (``runner.py``) next to a read-only agent folder and a
+read-only corpus, and hands back an :class:`AgentProcess`: a byte pipe to the runner's stdin
+and from its stdout. Everything about questions, answers, deadlines and caps lives in
+:mod:`grader.sandbox.session`, outside the sandbox, so every sandbox enforces them the same way.
+
+Inside every sandbox the runner sees these environment variables (and no others from the host):
+``AGENT_DIR`` (the agent folder), ``CORPUS_DIR`` (the corpus folder), ``AGENT_ENTRYPOINT`` and
+``AGENT_SETUP`` (``module:function``, the latter possibly empty), ``HOME=/tmp`` and
+``PYTHONDONTWRITEBYTECODE=1``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+RUNNER_PATH = Path(__file__).with_name("runner.py")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandboxed run; the grader enforces them from outside."""
+
+    memory_mb: int = 512
+    pids: int = 64
+    cpus: float = 1.0
+    tmp_mb: int = 64
+    case_timeout_s: float = 10.0
+    setup_timeout_s: float = 30.0
+    run_timeout_s: float = 300.0
+    max_line_bytes: int = 1_000_000
+    max_stderr_bytes: int = 65_536
+
+    def __post_init__(self) -> None:
+        for name in ("memory_mb", "pids", "tmp_mb", "max_line_bytes", "max_stderr_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"limit {name} must be positive")
+        for name in ("cpus", "case_timeout_s", "setup_timeout_s", "run_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"limit {name} must be positive")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to start: the agent, its corpus, how to call it, and the limits."""
+
+    agent_dir: Path
+    corpus_dir: Path
+    entrypoint: str
+    setup: str | None = None
+    label: str = "local"
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """How a sandboxed process ended."""
+
+    returncode: int | None
+    oom_killed: bool = False
+
+
+class AgentProcess(ABC):
+    """A running sandbox: write bytes to the runner's stdin, read bytes from its stdout."""
+
+    @abstractmethod
+    def write(self, data: bytes) -> None:
+        """Send bytes to the runner; raises ``OSError`` (e.g. BrokenPipeError) if it is gone."""
+
+    @abstractmethod
+    def read(self, timeout: float) -> bytes | None:
+        """Return the next chunk of stdout, ``b""`` at end of stream, ``None`` if none came
+        within ``timeout`` seconds."""
+
+    @abstractmethod
+    def terminate(self) -> ExitInfo:
+        """Kill the sandbox now (every process in it) and release its resources; idempotent."""
+
+    @abstractmethod
+    def stderr_tail(self) -> str:
+        """The last bytes the agent wrote to stderr (capped); for instructors only."""
+
+
+class Sandbox(ABC):
+    """A way to run an untrusted agent."""
+
+    name: ClassVar[str]
+    #: True when the sandbox isolates the agent from the host (network, files, processes).
+    isolating: ClassVar[bool] = True
+
+    @abstractmethod
+    def check(self) -> None:
+        """Raise :class:`grader.exceptions.SandboxUnavailable` with what to do if unusable."""
+
+    @abstractmethod
+    def launch(self, spec: LaunchSpec) -> AgentProcess:
+        """Start the runner for ``spec``; raise ``SandboxFailure`` if the infrastructure fails."""

@@ -1,0 +1,237 @@
+"""Sandboxes that run the runner as a local child process (bubblewrap, and unsandboxed).
+
+:class:`ProcessAgent` is the :class:`AgentProcess` over a ``subprocess.Popen``: stdout is read
+with ``select`` so deadlines hold, stderr is drained by a thread into a capped tail, and
+``terminate`` kills the whole process group and the run's cgroups.
+
+Resource limits: when the grader runs as root on a host with writable cgroup v1 ``memory`` and
+``pids`` controllers (as on the course servers), each run gets its own cgroups — a hard memory
+limit with OOM detection and a process-count limit that also binds root. Elsewhere (a student's
+laptop) the limits fall back to rlimits: address space and process count of the user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import secrets
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from grader.exceptions import SandboxFailure
+
+from .base import AgentProcess, ExitInfo, LaunchSpec
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_PARENT = "grader"
+
+
+class RunCgroups:
+    """Per-run cgroup v1 memory and pids groups; absent when the host does not allow them."""
+
+    def __init__(self, paths: dict[str, Path]) -> None:
+        self.paths = paths
+
+    @classmethod
+    def create(cls, label: str, memory_mb: int, pids: int) -> RunCgroups:
+        if os.geteuid() != 0:
+            return cls({})
+        name = f"{_safe(label)}-{secrets.token_hex(4)}"
+        paths: dict[str, Path] = {}
+        settings = {
+            "memory": {
+                "memory.limit_in_bytes": str(memory_mb * 1024 * 1024),
+                "memory.memsw.limit_in_bytes": str(memory_mb * 1024 * 1024),
+                "memory.swappiness": "0",
+            },
+            "pids": {"pids.max": str(pids)},
+        }
+        for controller, values in settings.items():
+            controller_root = CGROUP_ROOT / controller
+            if not (controller_root / "cgroup.procs").exists():
+                continue
+            path = controller_root / CGROUP_PARENT / name
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                for key, value in values.items():
+                    if (path / key).exists():
+                        with contextlib.suppress(OSError):
+                            (path / key).write_text(value)
+            except OSError:
+                continue
+            paths[controller] = path
+        return cls(paths)
+
+    @property
+    def limits_memory(self) -> bool:
+        return "memory" in self.paths
+
+    @property
+    def limits_pids(self) -> bool:
+        return "pids" in self.paths
+
+    def join(self) -> None:
+        """Move the calling process into every group (runs in the child before exec)."""
+        for path in self.paths.values():
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def oom_killed(self) -> bool:
+        path = self.paths.get("memory")
+        if path is None:
+            return False
+        try:
+            for line in (path / "memory.oom_control").read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "oom_kill" and int(value) > 0:
+                    return True
+        except OSError:
+            return False
+        return False
+
+    def kill_all(self) -> None:
+        for path in self.paths.values():
+            with contextlib.suppress(OSError):
+                for pid in (path / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(pid), signal.SIGKILL)
+
+    def remove(self) -> None:
+        for path in self.paths.values():
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # still busy: processes are exiting
+                    self.kill_all()
+                    time.sleep(0.02)
+
+
+def _safe(label: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in label)[:40] or "run"
+
+
+def _child_setup(cgroups: RunCgroups, spec: LaunchSpec) -> Callable[[], None]:
+    limits = spec.limits
+
+    def setup() -> None:
+        cgroups.join()
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        tmp_bytes = limits.tmp_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (tmp_bytes, tmp_bytes))
+        if not cgroups.limits_memory:
+            # Address space is a coarse stand-in for memory, but it stops a memory bomb.
+            address_space = limits.memory_mb * 1024 * 1024 * 2
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+        if not cgroups.limits_pids and os.geteuid() != 0:
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.pids, limits.pids))
+
+    return setup
+
+
+class ProcessAgent(AgentProcess):
+    """An AgentProcess over a local child process started in its own session."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], spec: LaunchSpec) -> None:
+        self._cgroups = RunCgroups.create(spec.label, spec.limits.memory_mb, spec.limits.pids)
+        self._stderr: deque[bytes] = deque()
+        self._stderr_size = 0
+        self._stderr_cap = spec.limits.max_stderr_bytes
+        self._lock = threading.Lock()
+        self._exit: ExitInfo | None = None
+        try:
+            self._popen = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd="/",
+                start_new_session=True,
+                preexec_fn=_child_setup(self._cgroups, spec),
+            )
+        except OSError as exc:
+            self._cgroups.remove()
+            raise SandboxFailure(f"could not start the sandbox: {exc.strerror}") from None
+        assert self._popen.stdout is not None and self._popen.stderr is not None
+        self._stdout_fd = self._popen.stdout.fileno()
+        os.set_blocking(self._stdout_fd, False)
+        self._drain = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._drain.start()
+
+    def _drain_stderr(self) -> None:
+        stream = self._popen.stderr
+        assert stream is not None
+        descriptor = stream.fileno()
+        for chunk in iter(lambda: os.read(descriptor, 65536), b""):
+            with self._lock:
+                self._stderr.append(chunk)
+                self._stderr_size += len(chunk)
+                while self._stderr_size > self._stderr_cap and len(self._stderr) > 1:
+                    self._stderr_size -= len(self._stderr.popleft())
+
+    def write(self, data: bytes) -> None:
+        stdin = self._popen.stdin
+        if stdin is None or self._exit is not None:
+            raise BrokenPipeError("sandbox stopped")
+        stdin.write(data)
+        stdin.flush()
+
+    def read(self, timeout: float) -> bytes | None:
+        if self._exit is not None:
+            return b""
+        ready, _, _ = select.select([self._stdout_fd], [], [], max(timeout, 0))
+        if not ready:
+            return None
+        try:
+            return os.read(self._stdout_fd, 65536)
+        except BlockingIOError:
+            return None
+
+    def terminate(self) -> ExitInfo:
+        if self._exit is not None:
+            return self._exit
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._popen.pid, signal.SIGKILL)
+        self._cgroups.kill_all()
+        try:
+            returncode = self._popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            raise SandboxFailure("the sandbox process could not be killed") from None
+        oom = self._cgroups.oom_killed()
+        for stream in (self._popen.stdin, self._popen.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+        self._drain.join(timeout=2)
+        self._cgroups.remove()
+        self._exit = ExitInfo(returncode=returncode, oom_killed=oom)
+        return self._exit
+
+    def stderr_tail(self) -> str:
+        with self._lock:
+            data = b"".join(self._stderr)
+        return data[-self._stderr_cap :].decode("utf-8", "replace")
+
+
+def runner_env(spec: LaunchSpec, *, agent_dir: str, corpus_dir: str) -> dict[str, str]:
+    """The only environment the runner gets (DESIGN §4: listed variables only)."""
+    return {
+        "AGENT_DIR": agent_dir,
+        "CORPUS_DIR": corpus_dir,
+        "AGENT_ENTRYPOINT": spec.entrypoint,
+        "AGENT_SETUP": spec.setup or "",
+        "HOME": "/tmp",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+    }

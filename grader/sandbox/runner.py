@@ -1,0 +1,75 @@
+"""In-sandbox runner: imports the agent and speaks JSONL on stdin/stdout (stdlib only).
+
+Protocol (DESIGN §4): after importing the entrypoint and calling the optional setup, the
+runner writes ``{"ready": true}`` (or ``{"fatal": "..."}`` and exits 3). Then, for every line
+``{"qid": ..., "question": ...}`` read from stdin, it writes one line ``{"qid": ..., "answer":
+{...}}`` or ``{"qid": ..., "error": "..."}``.
+
+The agent's own writes to stdout are redirected to stderr so that a stray ``print`` cannot
+corrupt the protocol. This file is mounted read-only, but nothing here is trusted by the grader:
+the agent runs in this process and may rewrite anything; the grader validates every line.
+"""
+
+import importlib
+import json
+import os
+import sys
+
+
+def _load(spec):
+    module_name, _, func_name = spec.partition(":")
+    module = importlib.import_module(module_name)
+    func = getattr(module, func_name)
+    if not callable(func):
+        raise TypeError(f"{spec} is not callable")
+    return func
+
+
+def _describe(exc):
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def main():
+    # Keep the real stdout for the protocol; everything else printed goes to stderr.
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def emit(obj):
+        protocol.write(json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n")
+        protocol.flush()
+
+    agent_dir = os.environ.get("AGENT_DIR", "/agent")
+    sys.path.insert(0, agent_dir)
+    os.chdir(agent_dir)
+    try:
+        answer = _load(os.environ["AGENT_ENTRYPOINT"])
+        setup_spec = os.environ.get("AGENT_SETUP") or ""
+        if setup_spec:
+            _load(setup_spec)()
+    except BaseException as exc:
+        emit({"fatal": _describe(exc)})
+        sys.exit(3)
+    emit({"ready": True})
+
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            qid = request["qid"]
+            question = request["question"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        try:
+            result = answer(question)
+            line_out = json.dumps(
+                {"qid": qid, "answer": result}, ensure_ascii=False, allow_nan=False
+            )
+        except Exception as exc:
+            emit({"qid": qid, "error": _describe(exc)})
+            continue
+        protocol.write(line_out + "\n")
+        protocol.flush()
+
+
+if __name__ == "__main__":
+    main()
