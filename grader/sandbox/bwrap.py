@@ -103,6 +103,9 @@ class BwrapSandbox(Sandbox):
             "/grader/runner.py",
             "--chdir",
             "/agent",
+            # Last: the root bwrap built becomes read-only too; /tmp stays a writable tmpfs.
+            "--remount-ro",
+            "/",
         ]
         for key, value in env.items():
             argv += ["--setenv", key, value]

@@ -3,7 +3,8 @@
 Protocol (DESIGN §4): after importing the entrypoint and calling the optional setup, the
 runner writes ``{"ready": true}`` (or ``{"fatal": "..."}`` and exits 3). Then, for every line
 ``{"qid": ..., "question": ...}`` read from stdin, it writes one line ``{"qid": ..., "answer":
-{...}}`` or ``{"qid": ..., "error": "..."}``.
+{...}}``, ``{"qid": ..., "error": "..."}`` when the agent raised, or ``{"qid": ..., "invalid":
+"..."}`` when its return value is not JSON (NaN, a set, …).
 
 The agent's own writes to stdout are redirected to stderr so that a stray ``print`` cannot
 corrupt the protocol. This file is mounted read-only, but nothing here is trusted by the grader:
@@ -61,11 +62,15 @@ def main():
             continue
         try:
             result = answer(question)
+        except Exception as exc:  # an agent exception is an outcome, not the runner's end
+            emit({"qid": qid, "error": _describe(exc)})
+            continue
+        try:
             line_out = json.dumps(
                 {"qid": qid, "answer": result}, ensure_ascii=False, allow_nan=False
             )
-        except Exception as exc:
-            emit({"qid": qid, "error": _describe(exc)})
+        except (TypeError, ValueError, RecursionError) as exc:  # NaN, a set, …: not JSON
+            emit({"qid": qid, "invalid": _describe(exc)})
             continue
         protocol.write(line_out + "\n")
         protocol.flush()

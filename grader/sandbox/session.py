@@ -165,6 +165,8 @@ class _Session:
             return None, ErrorKind.INVALID_OUTPUT
         if "answer" in message:
             return message["answer"], None
+        if "invalid" in message:  # the agent returned something that is not JSON
+            return None, ErrorKind.INVALID_OUTPUT
         return None, ErrorKind.CRASHED  # the agent raised: {"qid": ..., "error": ...}
 
     def _exit_kind(self) -> ErrorKind:

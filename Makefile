@@ -1,0 +1,34 @@
+# The two commands of the README: `make demo` (set up + grade the examples) and `make test`
+# (set up everything the tests need + run them). Every target is safe to run again.
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo services docker-sandbox lint test bench
+
+setup:
+	scripts/setup.sh
+
+demo: setup
+	@for agent in reference refuse_all cite_all; do \
+		echo "== submissions/examples/$$agent"; \
+		$(BIN)/grader grade submissions/examples/$$agent --cases private_cases --sandbox bwrap || exit 1; \
+		echo; \
+	done
+
+services:
+	scripts/services.sh
+
+docker-sandbox: setup
+	scripts/docker-engine.sh
+	$(BIN)/grader sandbox build
+
+lint: setup
+	$(BIN)/ruff check grader tests benchmarks
+	$(BIN)/ruff format --check grader tests benchmarks
+	$(BIN)/mypy
+
+test: setup services docker-sandbox lint
+	$(BIN)/pytest -p no:cacheprovider
+
+bench: setup
+	$(BIN)/python benchmarks/bench_grade_overhead.py

@@ -1,0 +1,166 @@
+"""One conformance suite for every isolating sandbox: hostile agents, proven contained.
+
+Each hostile agent misbehaves on the first question only. For each one and each sandbox the
+test checks: the hostile case ends in the expected error kind (or is graded normally), the other
+cases are still graded, nothing escaped (network, files, processes, containers), and no
+fragment of any hidden question reaches the student view.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grader.core.casesets import CaseSet, load_case_set
+from grader.core.views import student_view
+from grader.grading import grade_agent
+from grader.sandbox import Sandbox, make_sandbox
+from grader.sandbox.process import CGROUP_PARENT, CGROUP_ROOT
+from tests.conftest import write_agent, write_case_set
+from tests.sandbox.hostile_agents import AGENTS, EXPECTED_ERROR, source
+
+SECRET_FRAGMENTS = ("heron", "falcon", "osprey", "zq-", "417", "228", "993", "hostile")
+CASES = [
+    {
+        "id": "h1",
+        "kind": "answerable",
+        "question": "hostile zq-heron-417: how do chunks overlap?",
+        "expected_citations": ["rag-basics"],
+        "required_concepts": [["overlap"]],
+    },
+    {
+        "id": "n1",
+        "kind": "answerable",
+        "question": "zq-falcon-228: why do chunks overlap?",
+        "expected_citations": ["rag-basics"],
+        "required_concepts": [["overlap"]],
+    },
+    {
+        "id": "n2",
+        "kind": "refusal",
+        "question": "zq-osprey-993: what was the score yesterday?",
+        "safety": True,
+    },
+]
+POLICY = """
+case_timeout_seconds = 2
+setup_timeout_seconds = 20
+run_timeout_seconds = 90
+memory_limit_mb = 256
+pids_limit = 48
+"""
+SANDBOXES = ["bwrap", pytest.param("docker", marks=pytest.mark.docker)]
+
+
+@pytest.fixture(scope="module", params=SANDBOXES)
+def sandbox(request: pytest.FixtureRequest) -> Sandbox:
+    chosen = make_sandbox(request.param)
+    try:
+        chosen.check()
+    except Exception as exc:  # a missing sandbox must fail CI loudly, never skip
+        pytest.fail(f"the {request.param} sandbox is not usable: {exc}")
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def case_set(tmp_path_factory: pytest.TempPathFactory) -> CaseSet:
+    root = tmp_path_factory.mktemp("hostile-cases")
+    write_case_set(
+        root,
+        CASES,
+        policy=POLICY,
+        documents={"rag-basics": "Chunks overlap so no sentence is cut."},
+    )
+    return load_case_set(root)
+
+
+def runner_processes() -> list[str]:
+    found = subprocess.run(["pgrep", "-af", "/grader/runner.py"], capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+
+
+def leftover_containers() -> list[str]:
+    try:
+        import docker
+    except ImportError:
+        return []
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception:
+        return []
+    return [
+        c.name for c in client.containers.list(all=True, filters={"label": "grader.role=sandbox"})
+    ]
+
+
+def leftover_cgroups() -> list[str]:
+    parents = [CGROUP_ROOT / controller / CGROUP_PARENT for controller in ("memory", "pids")]
+    return [
+        str(child)
+        for parent in parents
+        if parent.is_dir()
+        for child in parent.iterdir()
+        if child.is_dir()
+    ]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.fixture
+def clean_host() -> Iterator[None]:
+    yield
+    assert runner_processes() == [], "a sandboxed process outlived its run"
+    assert leftover_containers() == [], "a sandbox container was left behind"
+    assert leftover_cgroups() == [], "a run's cgroup was left behind"
+
+
+@pytest.mark.parametrize("agent_name", sorted(AGENTS))
+def test_hostile_agent_is_contained(
+    sandbox: Sandbox, case_set: CaseSet, agent_name: str, tmp_path: Path, clean_host: None
+) -> None:
+    """The hostile case ends as expected, the rest are graded, and nothing escapes or leaks."""
+    agent_dir = write_agent(tmp_path / "agent", source(agent_name))
+    agent_before = snapshot(agent_dir)
+    corpus_before = snapshot(case_set.corpus.root)
+
+    report = grade_agent(
+        agent_dir,
+        entrypoint="agent:answer",
+        setup=None,
+        case_set=case_set,
+        sandbox=sandbox,
+        label=f"conformance-{agent_name}",
+    )
+    results = {result.case_id: result for result in report.results}
+
+    expected = EXPECTED_ERROR[agent_name]
+    allowed = expected if isinstance(expected, tuple) else (expected,)
+    actual = results["h1"].error.value if results["h1"].error else None
+    assert actual in allowed, f"hostile case ended in {actual}, expected {allowed}"
+    assert results["n1"].passed, "an honest answer after the hostile one was not graded"
+    assert results["n2"].passed, "an honest refusal after the hostile one was not graded"
+
+    answer = results["h1"].answer.answer if results["h1"].answer else ""
+    assert "reached=" not in answer or answer.endswith("reached=nothing"), answer
+    assert "found=" not in answer or answer.endswith("found=nothing"), answer
+    assert "wrote=" not in answer or answer.endswith(("wrote=nothing", "MB")), answer
+    if agent_name == "fork_bomb":
+        assert int(answer.rsplit("forked=", 1)[1]) < 48
+    if agent_name == "disk_fill":
+        assert int(answer.rsplit("wrote=", 1)[1].removesuffix("MB")) <= 64
+
+    assert snapshot(agent_dir) == agent_before, "the agent folder was written to"
+    assert snapshot(case_set.corpus.root) == corpus_before, "the corpus was written to"
+
+    seen = json.dumps(student_view(report)).lower()
+    for fragment in SECRET_FRAGMENTS:
+        assert fragment not in seen, f"{fragment!r} reached the student view"
