@@ -217,13 +217,29 @@ def check_cases(cases_dir: Path, as_json: bool) -> None:
         click.echo(f"warning: {warning}")
 
 
-def _register_optional_groups() -> None:
-    """Command groups that live in their own modules."""
-    try:
-        from grader.sandbox.commands import sandbox as sandbox_group
-    except ImportError:  # pragma: no cover - module under construction
-        return
-    main.add_command(sandbox_group)
+#: Command groups and commands that live in their own modules: (module, attribute names).
+COMMAND_MODULES = (
+    ("grader.sandbox.commands", ("sandbox",)),
+    ("grader.practice.commands", ("practice",)),
+    ("grader.server.commands", ("serve", "worker", "users", "reconcile")),
+    ("grader.audit.commands", ("audit",)),
+)
 
 
-_register_optional_groups()
+def _register_commands() -> None:
+    import importlib
+
+    for module_name, names in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and module_name.startswith(exc.name):
+                continue  # that part of the grader is not installed in this build
+            raise
+        for name in names:
+            command = getattr(module, name, None)
+            if isinstance(command, click.Command):
+                main.add_command(command)
+
+
+_register_commands()
