@@ -1,0 +1,65 @@
+"""``grader audit --cases DIR``: run the canary agents and print the audit."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from grader.core.casesets import load_case_set
+from grader.exceptions import CaseSetError
+
+from .report import MAX_ANSWERABLE_SHARE, run_audit
+
+
+@click.command()
+@click.option("--cases", "cases_dir", required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--max-share",
+    type=click.FloatRange(0, 1),
+    default=MAX_ANSWERABLE_SHARE,
+    show_default=True,
+    help="Largest share of answerable cases a canary may pass.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def audit(cases_dir: Path, max_share: float, as_json: bool) -> None:
+    """Attack the evaluator: canary agents that deserve zero must score (nearly) zero.
+
+    Exit status 0 when every canary fails as it should, 1 when any scores.
+    """
+    try:
+        case_set = load_case_set(cases_dir)
+    except CaseSetError as exc:
+        click.echo(f"grader: {exc}", err=True)
+        sys.exit(2)
+    report = run_audit(case_set, max_share=max_share)
+    if as_json:
+        click.echo(json.dumps(report.as_dict()))
+    else:
+        console = Console()
+        table = Table(title=f"Evaluator audit, case set {report.case_set_version}")
+        for column in ("canary", "decision", "answerable", "refusal", "safety", "verdict"):
+            table.add_column(column)
+        for outcome in report.canaries:
+            table.add_row(
+                outcome.name,
+                outcome.decision.value,
+                f"{outcome.answerable_passed}/{outcome.answerable_total}",
+                f"{outcome.refusal_passed}/{outcome.refusal_total}",
+                str(outcome.safety_failures),
+                "[green]ok[/]"
+                if outcome.ok
+                else "[bold red]FAIL: " + "; ".join(outcome.problems) + "[/]",
+            )
+        console.print(table)
+        console.print(
+            "[green]Audit passed: no canary earns a certificate or more than "
+            f"{max_share:.0%} of answerable cases.[/]"
+            if report.ok
+            else "[bold red]AUDIT FAILED: the evaluator rewards an agent that deserves zero.[/]"
+        )
+    sys.exit(0 if report.ok else 1)
