@@ -20,7 +20,7 @@ services:
 
 docker-sandbox: setup
 	scripts/docker-engine.sh
-	$(BIN)/grader sandbox build
+	scripts/build-base-image.sh -q
 
 lint: setup
 	$(BIN)/ruff check grader tests benchmarks

@@ -201,3 +201,28 @@ def test_unsandboxed_run_says_so(tmp_path: Path) -> None:
     )
     assert result.returncode == 0
     assert "UNSANDBOXED" in result.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("agent", ["reference", "refuse_all", "cite_all"])
+def test_docker_sandbox_grades_examples_like_bwrap(agent: str) -> None:
+    """The Docker sandbox gives the same per-case outcomes as bubblewrap on every example."""
+    views = {}
+    for sandbox in ("bwrap", "docker"):
+        result = run(
+            "grade",
+            EXAMPLES / agent,
+            "--cases",
+            PRIVATE_CASES,
+            "--sandbox",
+            sandbox,
+            "--view",
+            "instructor",
+            "--json",
+        )
+        assert result.returncode == 0, result.stderr
+        view = json.loads(result.stdout)
+        views[sandbox] = [(c["case_id"], c["gates"], c["error"]) for c in view["cases"]]
+        views[sandbox + "-decision"] = view["certificate"]
+    assert views["docker"] == views["bwrap"]
+    assert views["docker-decision"] == views["bwrap-decision"]

@@ -15,28 +15,30 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 
-def _load(spec):
+def _load(spec: str) -> Callable[..., Any]:
     module_name, _, func_name = spec.partition(":")
     module = importlib.import_module(module_name)
-    func = getattr(module, func_name)
+    func: Callable[..., Any] = getattr(module, func_name)
     if not callable(func):
         raise TypeError(f"{spec} is not callable")
     return func
 
 
-def _describe(exc):
+def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-def main():
+def main() -> None:
     # Keep the real stdout for the protocol; everything else printed goes to stderr.
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
-    def emit(obj):
+    def emit(obj: dict[str, Any]) -> None:
         protocol.write(json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n")
         protocol.flush()
 
