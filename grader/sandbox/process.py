@@ -43,7 +43,7 @@ class RunCgroups:
     def create(cls, label: str, memory_mb: int, pids: int) -> RunCgroups:
         if os.geteuid() != 0:
             return cls({})
-        name = f"{_safe(label)}-{secrets.token_hex(4)}"
+        name = f"{safe_label(label)}-{secrets.token_hex(4)}"
         paths: dict[str, Path] = {}
         settings = {
             "memory": {
@@ -115,7 +115,8 @@ class RunCgroups:
                     time.sleep(0.02)
 
 
-def _safe(label: str) -> str:
+def safe_label(label: str) -> str:
+    """A label as it appears in cgroup names (a prefix of each run's group)."""
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in label)[:40] or "run"
 
 

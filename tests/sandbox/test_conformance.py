@@ -19,7 +19,7 @@ from grader.core.casesets import CaseSet, load_case_set
 from grader.core.views import student_view
 from grader.grading import grade_agent
 from grader.sandbox import Sandbox, make_sandbox
-from grader.sandbox.process import CGROUP_PARENT, CGROUP_ROOT
+from grader.sandbox.process import CGROUP_PARENT, CGROUP_ROOT, safe_label
 from tests.conftest import write_agent, write_case_set
 from tests.sandbox.hostile_agents import AGENTS, EXPECTED_ERROR, source
 
@@ -78,12 +78,13 @@ def case_set(tmp_path_factory: pytest.TempPathFactory) -> CaseSet:
     return load_case_set(root)
 
 
-def runner_processes() -> list[str]:
+def runner_processes() -> set[str]:
+    """Host processes running a sandboxed runner (bwrap and Docker both mount it here)."""
     found = subprocess.run(["pgrep", "-af", "/grader/runner.py"], capture_output=True, text=True)
-    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+    return {line for line in found.stdout.splitlines() if "pgrep" not in line}
 
 
-def leftover_containers() -> list[str]:
+def leftover_containers(label: str) -> list[str]:
     try:
         import docker
     except ImportError:
@@ -93,19 +94,18 @@ def leftover_containers() -> list[str]:
         client.ping()
     except Exception:
         return []
-    return [
-        c.name for c in client.containers.list(all=True, filters={"label": "grader.role=sandbox"})
-    ]
+    labelled = {"label": f"grader.submission={label}"}
+    return [c.name for c in client.containers.list(all=True, filters=labelled)]
 
 
-def leftover_cgroups() -> list[str]:
+def leftover_cgroups(label: str) -> list[str]:
     parents = [CGROUP_ROOT / controller / CGROUP_PARENT for controller in ("memory", "pids")]
     return [
         str(child)
         for parent in parents
         if parent.is_dir()
         for child in parent.iterdir()
-        if child.is_dir()
+        if child.is_dir() and child.name.startswith(label)
     ]
 
 
@@ -116,16 +116,20 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def clean_host() -> Iterator[None]:
-    yield
-    assert runner_processes() == [], "a sandboxed process outlived its run"
-    assert leftover_containers() == [], "a sandbox container was left behind"
-    assert leftover_cgroups() == [], "a run's cgroup was left behind"
+def run_label(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A label unique to this test's run; afterwards nothing carrying it may be left, and no
+    runner process may have appeared and survived (others' runs may be going on meanwhile)."""
+    label = f"conformance-{request.node.callspec.id}"
+    before = runner_processes()
+    yield label
+    assert runner_processes() - before == set(), "a sandboxed process outlived its run"
+    assert leftover_containers(label) == [], "a sandbox container was left behind"
+    assert leftover_cgroups(safe_label(label)) == [], "a run's cgroup was left behind"
 
 
 @pytest.mark.parametrize("agent_name", sorted(AGENTS))
 def test_hostile_agent_is_contained(
-    sandbox: Sandbox, case_set: CaseSet, agent_name: str, tmp_path: Path, clean_host: None
+    sandbox: Sandbox, case_set: CaseSet, agent_name: str, tmp_path: Path, run_label: str
 ) -> None:
     """The hostile case ends as expected, the rest are graded, and nothing escapes or leaks."""
     agent_dir = write_agent(tmp_path / "agent", source(agent_name))
@@ -138,7 +142,7 @@ def test_hostile_agent_is_contained(
         setup=None,
         case_set=case_set,
         sandbox=sandbox,
-        label=f"conformance-{agent_name}",
+        label=run_label,
     )
     results = {result.case_id: result for result in report.results}
 
