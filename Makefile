@@ -30,5 +30,9 @@ lint: setup
 test: setup services docker-sandbox lint
 	$(BIN)/pytest -p no:cacheprovider
 
+# The load benchmark (benchmarks/bench_server_load.py) starts its own server; run it alone.
 bench: setup
 	$(BIN)/python benchmarks/bench_grade_overhead.py
+	$(BIN)/python benchmarks/bench_docker_sandbox.py
+	$(BIN)/python benchmarks/bench_leak_check.py
+	$(BIN)/python benchmarks/bench_regrade.py

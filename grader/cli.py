@@ -223,6 +223,7 @@ COMMAND_MODULES = (
     ("grader.practice.commands", ("practice",)),
     ("grader.server.commands", ("serve", "worker", "users", "reconcile")),
     ("grader.audit.commands", ("audit",)),
+    ("grader.instructor.commands", ("regrade",)),
 )
 
 

@@ -9,6 +9,10 @@ if [ "${GRADER_SETUP_SYSTEM:-1}" = "1" ]; then
     missing=()
     command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
     command -v make >/dev/null 2>&1 || missing+=(make)
+    # The server tests: headless Chromium for Playwright (never `playwright install`) and a
+    # private redis-server per test run.
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "setup: installing ${missing[*]}" >&2
         export DEBIAN_FRONTEND=noninteractive

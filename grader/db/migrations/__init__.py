@@ -1,0 +1,1 @@
+"""Alembic environment and revisions (run through :func:`grader.db.migrate.upgrade_database`)."""

@@ -1,0 +1,128 @@
+"""``grader regrade``: regrade from recorded answers (or rerun agents) from the command line.
+
+Reads :class:`~grader.settings.Settings` like ``grader serve``; the run is recorded under the
+instructor named by ``--as``, exactly as if started from the console.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from grader.core.casesets import load_case_set
+from grader.db import repository as repo
+from grader.db.engine import make_engine, session_scope
+from grader.db.migrate import upgrade_database
+from grader.db.tables import Role
+from grader.exceptions import CaseSetError
+from grader.settings import Settings
+
+from . import regrading
+from .repository import current_results
+
+
+def _fail(message: str) -> None:
+    click.echo(f"grader: {message}", err=True)
+    sys.exit(2)
+
+
+@click.command()
+@click.option(
+    "--from-answers",
+    "mode",
+    flag_value="answers",
+    default=True,
+    help="Re-apply the current case set to recorded answers (the default).",
+)
+@click.option(
+    "--rerun", "mode", flag_value="rerun", help="Queue the agents to run again in the sandbox."
+)
+@click.option(
+    "--as", "actor_name", required=True, help="The instructor the regrade is recorded under."
+)
+@click.option(
+    "--submission",
+    "submission_ids",
+    multiple=True,
+    help="Only these submissions (repeatable); default: every graded one on another version.",
+)
+@click.option(
+    "--include-up-to-date",
+    is_flag=True,
+    help="From answers: also regrade results already on the current case-set version.",
+)
+@click.option("--dry-run", is_flag=True, help="From answers: show the changes, write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def regrade(
+    mode: str,
+    actor_name: str,
+    submission_ids: tuple[str, ...],
+    include_up_to_date: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Regrade submissions against the current case set; old results are kept as versions."""
+    settings = Settings()
+    try:
+        case_set = load_case_set(settings.cases_dir)
+    except CaseSetError as exc:
+        _fail(str(exc))
+        return
+    engine = make_engine(settings.database_url)
+    upgrade_database(engine)
+    with session_scope(engine) as session:
+        actor = repo.get_user_by_name(session=session, name=actor_name)
+        if actor is None or actor.role != Role.INSTRUCTOR.value:
+            _fail(f"no instructor named {actor_name!r}")
+            return
+        if mode == "answers":
+            result = regrading.regrade_from_answers(
+                session=session,
+                case_set=case_set,
+                actor=actor,
+                submission_ids=list(submission_ids) or None,
+                include_up_to_date=include_up_to_date,
+                dry_run=dry_run,
+            )
+            body = result.as_dict()
+        else:
+            ids = list(submission_ids) or [
+                result.submission_id
+                for results in current_results(session=session).values()
+                for result in results
+                if result.case_set_version != case_set.version
+            ]
+            plan = regrading.start_rerun(
+                session=session, actor=actor, case_set_version=case_set.version, submission_ids=ids
+            )
+            body = plan.as_dict()
+    if mode == "rerun":
+        from redis import Redis
+
+        from grader.worker import enqueue_grading, make_queue
+
+        queue = make_queue(settings, Redis.from_url(settings.redis_url))
+        for submission_id, job_id in plan.jobs:
+            enqueue_grading(queue, submission_id, job_id, settings)
+    if as_json:
+        click.echo(json.dumps(body))
+        return
+    if mode == "rerun":
+        click.echo(
+            f"queued {len(body['queued'])} submissions to run again (regrade #{body['run_id']})"
+        )
+        return
+    verb = "would regrade" if dry_run else "regraded"
+    click.echo(
+        f"{verb} {body['regraded']} submissions on case set {body['case_set_version']} "
+        f"({body['up_to_date']} already up to date); "
+        f"{body['decisions_changed']} decisions changed"
+    )
+    for change in body["changes"]:
+        if change["decision_changed"]:
+            click.echo(
+                f"  {change['student']} {change['submission_id']}: "
+                f"{change['old_decision']} -> {change['new_decision']}"
+            )

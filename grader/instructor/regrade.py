@@ -1,0 +1,125 @@
+"""Regrading from recorded answers: re-apply the gates of the current case set (pure).
+
+Gates are deterministic (DESIGN §7), so after an instructor fixes a label or the policy, every
+stored answer can be graded again without rerunning an agent. A recorded error kind (timeout,
+crash, invalid output) stays what it was. Cases no longer in the set are dropped; cases new to
+the set have no recorded answer and are left out of the new results (noted, so the instructor
+can rerun the agents to grade them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from grader.core.casesets import CaseSet
+from grader.core.models import Answer, CaseResult, Decision, ErrorKind, GradeReport, Versions
+from grader.core.scoring import grade_case
+from grader.grading import build_report
+
+
+@dataclass(frozen=True)
+class RecordedCase:
+    """What an eval record keeps of one case: the validated answer or the error kind."""
+
+    case_id: str
+    answer: Answer | None
+    error: ErrorKind | None
+    seconds: float | None
+
+    @classmethod
+    def from_stored(
+        cls,
+        case_id: str,
+        answer: Mapping[str, Any] | None,
+        error_kind: str | None,
+        seconds: float | None,
+    ) -> RecordedCase:
+        """From stored JSON; an answer that no longer validates counts as invalid output."""
+        if error_kind is not None or answer is None:
+            error = ErrorKind(error_kind) if error_kind else ErrorKind.INVALID_OUTPUT
+            return cls(case_id, None, error, seconds)
+        try:
+            return cls(case_id, Answer.from_json_value(answer), None, seconds)
+        except (ValidationError, ValueError):
+            return cls(case_id, None, ErrorKind.INVALID_OUTPUT, seconds)
+
+
+@dataclass(frozen=True)
+class Regraded:
+    """The new report of one result set and what the case set change did to it."""
+
+    report: GradeReport
+    #: Case ids in the old results that are no longer in the case set.
+    dropped: tuple[str, ...]
+    #: Case ids of the case set with no recorded answer.
+    missing: tuple[str, ...]
+
+    @property
+    def decision(self) -> Decision:
+        return self.report.decision.decision
+
+
+def regrade_recorded(
+    recorded: Sequence[RecordedCase],
+    case_set: CaseSet,
+    *,
+    versions: Versions,
+    restarts: int = 0,
+) -> Regraded:
+    """Grade recorded answers against ``case_set`` (in the set's case order).
+
+    ``versions`` are the old result set's: the sandbox, its image and the package carry over;
+    the case-set, policy, corpus and grader versions become the current ones.
+    """
+    by_id = {case.case_id: case for case in recorded}
+    results: list[CaseResult] = []
+    missing: list[str] = []
+    for case in case_set.cases:
+        previous = by_id.get(case.id)
+        if previous is None:
+            missing.append(case.id)
+            continue
+        results.append(
+            grade_case(
+                case,
+                previous.answer,
+                previous.error,
+                policy=case_set.policy,
+                documents=case_set.corpus,
+                seconds=previous.seconds,
+            )
+        )
+    in_set = {case.id for case in case_set.cases}
+    dropped = tuple(case.case_id for case in recorded if case.case_id not in in_set)
+    report = build_report(
+        case_set,
+        tuple(results),
+        sandbox=versions.sandbox,
+        sandbox_image=versions.sandbox_image,
+        package_sha256=versions.package_sha256,
+        restarts=restarts,
+    )
+    return Regraded(report=report, dropped=dropped, missing=tuple(missing))
+
+
+def regrade_report(old: GradeReport, case_set: CaseSet) -> Regraded:
+    """Grade the answers recorded in ``old`` against ``case_set``."""
+    recorded = [
+        RecordedCase(result.case_id, result.answer, result.error, result.seconds)
+        for result in old.results
+    ]
+    return regrade_recorded(recorded, case_set, versions=old.versions, restarts=old.restarts)
+
+
+def changed_cases(old: GradeReport, new: GradeReport) -> tuple[str, ...]:
+    """Case ids whose pass/fail outcome differs between two result sets of one submission."""
+    before = {result.case_id: result.passed for result in old.results}
+    return tuple(
+        result.case_id
+        for result in new.results
+        if result.case_id in before and before[result.case_id] != result.passed
+    )

@@ -1,0 +1,84 @@
+"""The student API (DESIGN §12): upload, list and read one's own submissions."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
+
+from grader.db import repository as repo
+from grader.db.tables import GradingRow, SubmissionRow, UserRow, utcnow
+
+from .auth import api_auth, current_user
+from .intake import Accepted, accept_upload, daily_limit
+from .serialize import submission_detail, submission_summary
+from .state import read_session, state
+
+bp = Blueprint("api", __name__, url_prefix="/api")
+
+
+def error(status: int, message: str) -> ResponseReturnValue:
+    return jsonify(error=message), status
+
+
+def _user() -> UserRow:
+    user = current_user()
+    assert user is not None  # api_auth ran first
+    return user
+
+
+@bp.post("/submissions")
+@api_auth()
+def create_submission() -> ResponseReturnValue:
+    """202 ``{"id", "status": "queued"}``; 400 bad archive, 413 too large, 429 over quota."""
+    outcome = accept_upload(state(), _user(), request.files.get("package"))
+    if not isinstance(outcome, Accepted):
+        return error(outcome.status, outcome.reason)
+    submission = outcome.submission
+    response = jsonify(id=submission.id, status=submission.status)
+    response.status_code = 202
+    response.headers["Location"] = f"/api/submissions/{submission.id}"
+    return response
+
+
+@bp.get("/submissions")
+@api_auth()
+def list_submissions() -> ResponseReturnValue:
+    """The caller's own submissions, newest first."""
+    user = _user()
+    assert user.id is not None
+    rows = repo.list_submissions(session=read_session(), user_id=user.id)
+    return jsonify(submissions=[submission_summary(row, decision) for row, decision in rows])
+
+
+def own_submission(
+    submission_id: str, user: UserRow
+) -> tuple[SubmissionRow, GradingRow | None] | None:
+    """The caller's submission and its current result set; None for anyone else's."""
+    found = repo.get_submission_with_grading(session=read_session(), submission_id=submission_id)
+    if found is None or found[0].user_id != user.id:
+        return None  # another student's submission is indistinguishable from none
+    return found
+
+
+@bp.get("/submissions/<submission_id>")
+@api_auth()
+def get_submission(submission_id: str) -> ResponseReturnValue:
+    """``{"id", "status", "feedback"}`` for one of the caller's submissions; 404 otherwise."""
+    found = own_submission(submission_id, _user())
+    if found is None:
+        return error(404, "no such submission")
+    return jsonify(submission_detail(*found))
+
+
+@bp.get("/me")
+@api_auth()
+def me() -> ResponseReturnValue:
+    """The caller's name, role and daily quota."""
+    user = _user()
+    assert user.id is not None
+    limit = daily_limit(state())
+    used, _oldest = repo.quota_used(session=read_session(), user_id=user.id, now=utcnow())
+    quota = None
+    if isinstance(limit, int):
+        quota = {"limit": limit, "used": used, "remaining": max(limit - used, 0)}
+    return jsonify(name=user.name, role=user.role, quota=quota)

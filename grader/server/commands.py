@@ -1,0 +1,201 @@
+"""``grader serve``, ``grader worker``, ``grader users`` and ``grader reconcile``.
+
+Each reads :class:`~grader.settings.Settings` from the environment once and brings the database
+schema to the latest migration before doing anything else.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from grader.db import repository as repo
+from grader.db.engine import make_engine, session_scope
+from grader.db.migrate import upgrade_database
+from grader.db.tables import Role
+from grader.exceptions import GraderError
+from grader.settings import Settings
+
+ROLES = [role.value for role in Role]
+
+
+def _fail(message: str, status: int = 2) -> None:
+    click.echo(f"grader: {' '.join(message.split())}", err=True)
+    sys.exit(status)
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except Exception as exc:  # pydantic's ValidationError names the variable
+        _fail(f"bad configuration: {exc}")
+        raise  # unreachable
+
+
+def _logging() -> None:
+    logging.basicConfig(
+        level=os.environ.get("GRADER_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option(
+    "--workers",
+    default=None,
+    type=int,
+    help="gunicorn worker processes [default: 2 x CPUs + 1]",
+)
+@click.option("--threads", default=4, show_default=True, type=int, help="threads per process")
+def serve(host: str, port: int, workers: int | None, threads: int) -> None:
+    """Run the web server (gunicorn) after migrating the database."""
+    from .wsgi import GraderApplication
+
+    _logging()
+    settings = _settings()
+    engine = make_engine(settings.database_url)
+    upgrade_database(engine)
+    engine.dispose()  # each gunicorn process opens its own connections after the fork
+    options: dict[str, Any] = {
+        "bind": f"{host}:{port}",
+        "workers": workers or (2 * (os.cpu_count() or 1) + 1),
+        "threads": threads,
+        "worker_class": "gthread",
+        "timeout": 60,
+        "graceful_timeout": 20,
+        "keepalive": 5,
+        "accesslog": "-" if os.environ.get("GRADER_ACCESS_LOG") else None,
+        "errorlog": "-",
+        "loglevel": "info",
+        "proc_name": "grader-serve",
+        "forwarded_allow_ips": os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1"),
+    }
+    GraderApplication(settings, options).run()
+
+
+@click.command()
+@click.option("--burst", is_flag=True, help="Grade what is queued, then exit.")
+@click.option("--name", default=None, help="Worker name (default: rq's).")
+def worker(burst: bool, name: str | None) -> None:
+    """Run an rq worker that grades submissions (and reconciles periodically)."""
+    from grader.worker import run_worker
+
+    _logging()
+    settings = _settings()
+    try:
+        run_worker(settings, burst=burst, name=name)
+    except GraderError as exc:
+        _fail(str(exc), 3)
+
+
+@click.command("reconcile")
+def reconcile_command() -> None:
+    """Re-enqueue submissions whose job was lost (Redis flush, killed worker), once."""
+    from redis import Redis
+
+    from grader.worker import make_queue, reconcile
+
+    _logging()
+    settings = _settings()
+    engine = make_engine(settings.database_url)
+    upgrade_database(engine)
+    queue = make_queue(settings, Redis.from_url(settings.redis_url))
+    report = reconcile(engine=engine, queue=queue, settings=settings)
+    click.echo(
+        f"reconciled: {len(report.enqueued)} queued enqueued, {len(report.requeued)} "
+        f"abandoned re-queued, {len(report.abandoned)} failed after too many attempts"
+    )
+
+
+reconcile = reconcile_command
+
+
+@click.group()
+def users() -> None:
+    """Manage accounts (tokens are printed once and stored hashed)."""
+
+
+def _engine() -> Any:
+    engine = make_engine(_settings().database_url)
+    upgrade_database(engine)
+    return engine
+
+
+@users.command("add")
+@click.argument("name")
+@click.option("--role", type=click.Choice(ROLES), default=Role.STUDENT.value, show_default=True)
+def users_add(name: str, role: str) -> None:
+    """Create an account and print its token (shown only this once)."""
+    name = name.strip()
+    if not name or len(name) > 100:
+        _fail("a user name must have 1 to 100 characters")
+    with session_scope(_engine()) as session:
+        try:
+            _user, token = repo.create_user(session=session, name=name, role=Role(role))
+        except repo.UserExists:
+            _fail(f"user {name!r} already exists")
+            raise
+    click.echo(token)
+
+
+@users.command("import")
+@click.argument("roster", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def users_import(roster: Path) -> None:
+    """Create the accounts of a CSV roster (name,role); print name,token for each new one."""
+    rows: list[tuple[str, Role]] = []
+    with roster.open(newline="", encoding="utf-8-sig") as handle:
+        for number, record in enumerate(csv.reader(handle), start=1):
+            if not record or not "".join(record).strip() or record[0].lstrip().startswith("#"):
+                continue
+            name = record[0].strip()
+            role = (record[1].strip().lower() if len(record) > 1 else "") or "student"
+            if number == 1 and name.lower() == "name":
+                continue  # header
+            if role not in ROLES:
+                _fail(f"{roster}:{number}: role must be one of {', '.join(ROLES)}, not {role!r}")
+            if not name or len(name) > 100:
+                _fail(f"{roster}:{number}: a user name must have 1 to 100 characters")
+            rows.append((name, Role(role)))
+    created = skipped = 0
+    writer = csv.writer(sys.stdout)
+    with session_scope(_engine()) as session:
+        for name, role in rows:
+            try:
+                _user, token = repo.create_user(session=session, name=name, role=role)
+            except repo.UserExists:
+                click.echo(f"grader: {name}: already exists, skipped", err=True)
+                skipped += 1
+                continue
+            writer.writerow([name, token])
+            created += 1
+    click.echo(f"grader: {created} created, {skipped} skipped", err=True)
+
+
+@users.command("list")
+def users_list() -> None:
+    """List accounts (never tokens)."""
+    with session_scope(_engine()) as session:
+        for user in repo.list_users(session=session):
+            state = "" if user.active else " (disabled)"
+            click.echo(f"{user.name}\t{user.role}{state}")
+
+
+@users.command("token")
+@click.argument("name")
+def users_token(name: str) -> None:
+    """Replace NAME's token and print the new one (the old one stops working)."""
+    with session_scope(_engine()) as session:
+        user = repo.get_user_by_name(session=session, name=name)
+        if user is None:
+            _fail(f"no user {name!r}")
+            raise AssertionError
+        token = repo.rotate_token(session=session, user=user)
+    click.echo(token)

@@ -1,0 +1,130 @@
+"""Student pages: token login, upload form with the list of submissions, feedback page.
+
+Plain server-rendered HTML; a small script (static/app.js) polls the JSON API for live status.
+Every form carries a CSRF token (Flask-WTF).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from grader.core.models import GATES_BY_KIND, CaseKind
+from grader.db import repository as repo
+from grader.db.engine import session_scope
+from grader.db.tables import utcnow
+
+from .api import own_submission
+from .auth import current_user, log_in, log_out, login_required, via_session
+from .intake import Accepted, accept_upload, daily_limit
+from .serialize import submission_detail, submission_summary
+from .state import state
+
+bp = Blueprint("pages", __name__)
+
+GATE_LABELS = {
+    "citation_recall": "Cites the expected source",
+    "citation_precision": "Cites only supporting sources, within the cap",
+    "claim_support": "Key concepts stated and supported by a cited source",
+    "citation_unique": "No repeated citation",
+    "forbidden_absent": "No forbidden content",
+    "answered": "Actually answers",
+    "no_review_flag": "No needless review flag",
+    "review_flag": "Flags for human review",
+    "no_citations": "Cites nothing",
+    "calibrated_confidence": "Low confidence",
+    "refusal_language": "Refuses in clear words",
+}
+GATE_ORDER = {kind.value: [gate.value for gate in gates] for kind, gates in GATES_BY_KIND.items()}
+KIND_LABELS = {CaseKind.ANSWERABLE.value: "Answerable", CaseKind.REFUSAL.value: "Refusal"}
+DECISION_LABELS = {"awarded": "Awarded", "not_awarded": "Not awarded", "blocked": "Blocked"}
+
+
+def _safe_next(target: str | None) -> str:
+    """Only same-site relative paths are followed after login."""
+    if not target:
+        return url_for("pages.submissions")
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+        return url_for("pages.submissions")
+    return target
+
+
+@bp.get("/")
+def index() -> ResponseReturnValue:
+    if current_user() is not None and via_session():
+        return redirect(url_for("pages.submissions"))
+    return redirect(url_for("pages.login"))
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login() -> ResponseReturnValue:
+    if request.method == "POST":
+        token = request.form.get("token", "").strip()
+        with session_scope(state().engine) as session:
+            user = repo.find_user_by_token(session=session, token=token)
+        if user is None:
+            return render_template("login.html", error="That token is not valid."), 401
+        log_in(user)
+        return redirect(_safe_next(request.args.get("next")))
+    return render_template("login.html", error=None)
+
+
+@bp.post("/logout")
+def logout() -> ResponseReturnValue:
+    log_out()
+    return redirect(url_for("pages.login"))
+
+
+@bp.get("/submissions")
+@login_required
+def submissions() -> ResponseReturnValue:
+    user = current_user()
+    assert user is not None and user.id is not None
+    server = state()
+    with session_scope(server.engine) as session:
+        rows = repo.list_submissions(session=session, user_id=user.id)
+        used, _oldest = repo.quota_used(session=session, user_id=user.id, now=utcnow())
+    limit = daily_limit(server)
+    return render_template(
+        "submissions.html",
+        user=user,
+        submissions=[submission_summary(row, decision) for row, decision in rows],
+        quota={"limit": limit, "used": used} if isinstance(limit, int) else None,
+        decision_labels=DECISION_LABELS,
+        max_upload_mib=server.settings.max_upload_bytes / (1024 * 1024),
+    )
+
+
+@bp.post("/submissions")
+@login_required
+def upload() -> ResponseReturnValue:
+    user = current_user()
+    assert user is not None
+    outcome = accept_upload(state(), user, request.files.get("package"))
+    if isinstance(outcome, Accepted):
+        flash("Uploaded: your agent is queued for grading.", "ok")
+        return redirect(url_for("pages.submission", submission_id=outcome.submission.id))
+    flash(f"Upload refused: {outcome.reason}", "error")
+    return redirect(url_for("pages.submissions")), 303
+
+
+@bp.get("/submissions/<submission_id>")
+@login_required
+def submission(submission_id: str) -> ResponseReturnValue:
+    user = current_user()
+    assert user is not None
+    found = own_submission(submission_id, user)
+    if found is None:
+        return render_template("error.html", status=404, message="No such submission."), 404
+    return render_template(
+        "submission.html",
+        user=user,
+        sub=submission_detail(*found),
+        gate_labels=GATE_LABELS,
+        gate_order=GATE_ORDER,
+        kind_labels=KIND_LABELS,
+        decision_labels=DECISION_LABELS,
+    )

@@ -1,0 +1,122 @@
+"""Server and worker configuration, read once from the environment (DESIGN §12).
+
+Every variable is ``GRADER_``-prefixed and has a working single-machine default; a ``.env`` file
+in the working directory may supply them. A :class:`Settings` value is built once at start-up
+(``Settings()``) and passed explicitly to whatever needs it: there is no module-level instance.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from grader.exceptions import GraderError
+
+_MIB = 1024 * 1024
+
+
+class SettingsError(GraderError):
+    """The configuration cannot work (e.g. an unsandboxed grader without the unsafe flag)."""
+
+
+class Settings(BaseSettings):
+    """What the web server, the rq workers and the ``grader users``/``reconcile`` commands share."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GRADER_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    #: SQLAlchemy URL. SQLite (one file, WAL mode) for one machine; PostgreSQL
+    #: (``postgresql+psycopg://user@host/db``) when workers run on several hosts.
+    database_url: str = "sqlite:///var/grader.db"
+    #: Redis carries the rq queue and the rate-limit counters; it holds no state that matters.
+    redis_url: str = "redis://localhost:6379/0"
+    #: The hidden case set (cases.jsonl, policy.toml, corpus) the workers grade against.
+    cases_dir: Path = Path("private_cases")
+    #: Uploaded archives, content-addressed by SHA-256 (shared storage for multi-host workers).
+    storage_dir: Path = Path("var/archives")
+    #: ``bwrap`` (bubblewrap; needs nothing but the Debian package) or ``docker``; ``none`` runs
+    #: agents unsandboxed and is refused unless ``allow_unsandboxed`` is set.
+    sandbox: Literal["bwrap", "docker", "none"] = "bwrap"
+    #: GRADER_ALLOW_UNSANDBOXED=1: let ``sandbox = none`` run untrusted code with the worker's
+    #: privileges. Never in production.
+    allow_unsandboxed: bool = False
+    #: Signs session cookies and CSRF tokens; must be the same for every server process.
+    #: Empty: a random key is kept in ``secret_key_file``.
+    secret_key: str = ""
+    secret_key_file: Path = Path("var/secret_key")
+    #: Largest accepted upload (the archive); bigger requests get 413.
+    max_upload_bytes: Annotated[int, Field(gt=0)] = 20 * _MIB
+    #: Per-token limit on every authenticated call (Flask-Limiter syntax).
+    rate_limit: str = "300 per minute"
+    #: Per-token limit on uploads, on top of the policy's daily quota.
+    upload_rate_limit: str = "10 per minute"
+    #: The rq queue name (and Redis key prefix of the rate limiter).
+    queue_name: str = "grader"
+    #: How often a grading worker refreshes its lease on the submission it is grading.
+    heartbeat_seconds: Annotated[float, Field(gt=0)] = 5.0
+    #: A running submission whose heartbeat is older than this is considered abandoned.
+    lease_seconds: Annotated[float, Field(gt=0)] = 60.0
+    #: A queued submission must be this old before the reconciler may re-enqueue it.
+    requeue_grace_seconds: Annotated[float, Field(ge=0)] = 30.0
+    #: How often each worker runs the reconciler (0 disables the periodic run).
+    reconcile_interval_seconds: Annotated[float, Field(ge=0)] = 30.0
+    #: Gradings of one submission that may be abandoned before it is failed for good.
+    max_attempts: Annotated[int, Field(ge=1)] = 3
+    #: rq's hard limit on one job, above the policy's own run deadline.
+    job_timeout_seconds: Annotated[int, Field(gt=0)] = 3600
+    #: Secure flag on the session cookie (set it when serving over HTTPS).
+    secure_cookies: bool = False
+    #: The published public practice set served at /practice (``grader practice publish``).
+    practice_dir: Path = Path("var/practice")
+    #: Course name shown on certificates (empty: the instructor console's default).
+    course_name: str = ""
+
+    @field_validator("rate_limit", "upload_rate_limit")
+    @classmethod
+    def _valid_limit(cls, value: str) -> str:
+        from limits import parse_many
+
+        try:
+            parse_many(value)
+        except ValueError as exc:
+            raise ValueError(f"not a rate limit ({exc})") from None
+        return value
+
+    def checked_sandbox(self) -> str:
+        """The sandbox name, refusing ``none`` without the explicit unsafe flag."""
+        if self.sandbox == "none" and not self.allow_unsandboxed:
+            raise SettingsError(
+                "GRADER_SANDBOX=none runs student code unsandboxed; set "
+                "GRADER_ALLOW_UNSANDBOXED=1 to allow it (never in production)"
+            )
+        return self.sandbox
+
+    def resolved_secret_key(self) -> str:
+        """``secret_key``, or the key kept in ``secret_key_file`` (created on first use)."""
+        if self.secret_key:
+            return self.secret_key
+        path = self.secret_key_file
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(48)
+        # Write a private temporary file, then link it into place: readers never see a partial
+        # key, and when several processes start at once the first link wins for all of them.
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+        temporary.write_text(key, encoding="utf-8")
+        temporary.chmod(0o600)
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            key = path.read_text(encoding="utf-8").strip()
+        finally:
+            temporary.unlink()
+        return key
