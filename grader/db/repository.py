@@ -380,7 +380,8 @@ def stale_running_submissions(
 # Result sets and eval records
 
 
-def _version_columns(versions: Versions) -> dict[str, Any]:
+def version_columns(versions: Versions) -> dict[str, Any]:
+    """The measuring-setup columns shared by result sets and eval records."""
     return {
         "case_set_version": versions.case_set,
         "cases_version": versions.cases,
@@ -408,7 +409,7 @@ def add_grading(
     latest = session.exec(
         select(sa.func.max(GradingRow.version)).where(GradingRow.submission_id == submission_id)
     ).one()
-    versions = _version_columns(report.versions)
+    versions = version_columns(report.versions)
     grading = GradingRow(
         submission_id=submission_id,
         version=(latest or 0) + 1,

@@ -194,20 +194,6 @@ def _names(session: Session) -> dict[int, str]:
     return {int(user_id): str(name) for user_id, name in found}
 
 
-def _version_columns(report: GradeReport) -> dict[str, Any]:
-    versions = report.versions
-    return {
-        "case_set_version": versions.case_set,
-        "cases_version": versions.cases,
-        "policy_version": versions.policy,
-        "corpus_version": versions.corpus,
-        "grader_version": versions.grader,
-        "sandbox": versions.sandbox,
-        "sandbox_image": versions.sandbox_image,
-        "package_sha256": versions.package_sha256,
-    }
-
-
 def regrade_from_answers(
     *,
     session: Session,
@@ -294,7 +280,7 @@ def regrade_from_answers(
                 restarts=report.restarts,
                 seconds=0.0,
                 worker=f"regrade:{run.id if run else ''}",
-                **_version_columns(report),
+                **repo.version_columns(report.versions),
             )
         )
         new_reports.append(report)
@@ -326,7 +312,7 @@ def _write(
     session.flush()  # one batched INSERT … RETURNING for the new ids
     record_rows: list[dict[str, Any]] = []
     for grading, report, stored in zip(gradings, reports, answers, strict=True):
-        versions = _version_columns(report)
+        versions = repo.version_columns(report.versions)
         for position, case in enumerate(report.results):
             record_rows.append(
                 {
