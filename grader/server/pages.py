@@ -6,15 +6,18 @@ Every form carries a CSRF token (Flask-WTF).
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
+from sqlmodel import Session
 
 from grader.core.models import GATES_BY_KIND, CaseKind
 from grader.db import repository as repo
 from grader.db.engine import session_scope
 from grader.db.tables import utcnow
+from grader.instructor import repository as irepo
 
 from .api import own_submission
 from .auth import current_user, log_in, log_out, login_required, via_session
@@ -78,6 +81,24 @@ def logout() -> ResponseReturnValue:
     return redirect(url_for("pages.login"))
 
 
+def certificate_standing(session: Session, student_id: int) -> dict[str, Any] | None:
+    """The instructor's decision on this student and the certificate in force, if any.
+
+    The instructor's written reason is not shown: it is free text, and may name hidden cases.
+    """
+    from .instructor_api import certificate_url
+
+    last = irepo.last_decisions(session=session, student_id=student_id).get(student_id)
+    if last is None:
+        return None
+    held = irepo.active_certificates(session=session, student_id=student_id).get(student_id)
+    return {
+        "state": last.to_state.value,
+        "decided_at": last.created_at,
+        "certificate": {"id": held.id, "url": certificate_url(held.id)} if held else None,
+    }
+
+
 @bp.get("/submissions")
 @login_required
 def submissions() -> ResponseReturnValue:
@@ -87,6 +108,7 @@ def submissions() -> ResponseReturnValue:
     with session_scope(server.engine) as session:
         rows = repo.list_submissions(session=session, user_id=user.id)
         used, _oldest = repo.quota_used(session=session, user_id=user.id, now=utcnow())
+        standing = certificate_standing(session, user.id)
     limit = daily_limit(server)
     return render_template(
         "submissions.html",
@@ -94,6 +116,7 @@ def submissions() -> ResponseReturnValue:
         submissions=[submission_summary(row, decision) for row, decision in rows],
         quota={"limit": limit, "used": used} if isinstance(limit, int) else None,
         decision_labels=DECISION_LABELS,
+        standing=standing,
         max_upload_mib=server.settings.max_upload_bytes / (1024 * 1024),
     )
 

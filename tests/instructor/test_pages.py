@@ -214,3 +214,35 @@ def test_roster_warns_when_the_audit_fails(client: FlaskClient, instructor: Acco
     login(client, instructor)
     html = client.get("/instructor/").get_data(as_text=True)
     assert 'id="audit-warning"' in html and "/instructor/audit" in html
+
+
+def test_students_see_the_instructors_decision_but_not_its_reason(
+    client: FlaskClient,
+    instructor: Account,
+    class_of: Callable[[], dict[str, Account]],
+) -> None:
+    """After an instructor decides, the student's page shows the decision and certificate,
+    never the free-text reason (which may name hidden cases)."""
+    students = class_of()
+    login(client, students["bob"])
+    before = client.get("/submissions").get_data(as_text=True)
+    assert "No instructor has decided yet" in before
+    client.get("/logout")
+
+    decided = client.post(
+        "/api/instructor/certificates",
+        json={
+            "student": "bob",
+            "decision": "confirm",
+            "reason": "note about hidden case zq-marker-517",
+        },
+        headers=instructor.headers,
+    )
+    assert decided.status_code == 201
+    certificate_id = decided.get_json()["certificate"]["id"]
+
+    login(client, students["bob"])
+    after = client.get("/submissions").get_data(as_text=True)
+    assert "<strong>awarded</strong>" in after
+    assert certificate_id in after and "/certificates/" in after
+    assert "zq-marker-517" not in after and "note about" not in after
