@@ -478,12 +478,21 @@ def _requeue(
 class ReconcilerThread(threading.Thread):
     """Runs :func:`reconcile` every ``interval`` seconds until stopped (errors are logged)."""
 
-    def __init__(self, *, engine: Engine, queue: Queue, settings: Settings, interval: float):
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        queue: Queue,
+        settings: Settings,
+        interval: float,
+        sandbox: Sandbox | None = None,
+    ):
         super().__init__(name="grader-reconciler", daemon=True)
         self.engine = engine
         self.queue = queue
         self.settings = settings
         self.interval = interval
+        self.sandbox = sandbox
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -491,6 +500,8 @@ class ReconcilerThread(threading.Thread):
             try:
                 reconcile(engine=self.engine, queue=self.queue, settings=self.settings)
                 sweep_orphan_cgroups()
+                if self.sandbox is not None:
+                    self.sandbox.sweep_orphans()
             except Exception:
                 log.exception("reconciler pass failed")
 
@@ -512,6 +523,7 @@ def run_worker(
     try:
         reconcile(engine=service.engine, queue=queue, settings=settings)
         sweep_orphan_cgroups()
+        service.sandbox.sweep_orphans()
     except Exception:
         log.exception("reconciler pass at start-up failed")
     reconciler: ReconcilerThread | None = None
@@ -521,6 +533,7 @@ def run_worker(
             queue=queue,
             settings=settings,
             interval=settings.reconcile_interval_seconds,
+            sandbox=service.sandbox,
         )
         reconciler.start()
     worker = GraderWorker([queue], connection=redis, name=name)

@@ -99,3 +99,11 @@ class Sandbox(ABC):
     @abstractmethod
     def launch(self, spec: LaunchSpec) -> AgentProcess:
         """Start the runner for ``spec``; raise ``SandboxFailure`` if the infrastructure fails."""
+
+    def sweep_orphans(self) -> int:
+        """Remove what runs of dead graders left behind; return how many were removed.
+
+        Housekeeping for long-lived workers (a worker killed outright cannot clean up). Sandboxes
+        whose runs die with their grader have nothing to sweep.
+        """
+        return 0

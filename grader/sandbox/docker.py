@@ -95,6 +95,10 @@ class DockerSandbox(Sandbox):
                 with contextlib.suppress(docker.errors.DockerException):
                     remove_orphans(client)
 
+    def sweep_orphans(self) -> int:
+        """Remove sandbox containers whose grader died (see :func:`remove_orphans`)."""
+        return remove_orphans(self._connect())
+
     def launch(self, spec: LaunchSpec) -> AgentProcess:
         """Create, attach to and start one container for ``spec``."""
         if self.image_id is None:

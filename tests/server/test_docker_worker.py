@@ -1,0 +1,76 @@
+"""A real `grader worker` grading in the Docker sandbox, including after a SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import docker
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from grader.db import repository as repo
+from grader.db.tables import SubmissionStatus
+from grader.sandbox.docker import OWNER_LABEL, ROLE_LABEL, SUBMISSION_LABEL
+from grader.settings import Settings
+from tests.server.conftest import Account, Proc, honest_agent, submission_row, wait_for
+from tests.server.test_worker_processes import assert_graded_exactly_once, start_worker
+
+pytestmark = pytest.mark.docker
+
+
+def sandbox_containers(submission_id: str) -> list[Any]:
+    client = docker.from_env()
+    found = client.containers.list(all=True, filters={"label": f"{ROLE_LABEL}=sandbox"})
+    prefix = f"sub-{submission_id[:12]}-"  # grader.worker.run_label
+    return [c for c in found if c.labels.get(SUBMISSION_LABEL, "").startswith(prefix)]
+
+
+def test_killed_docker_worker_leaves_no_container_and_the_submission_is_graded_once(
+    client: FlaskClient,
+    student: Account,
+    submit: Callable[..., str],
+    engine: Engine,
+    make_settings: Callable[..., Settings],
+    processes: Callable[..., Proc],
+) -> None:
+    """A worker grading in Docker is SIGKILLed mid-run; its container is orphaned until the
+    next worker sweeps it, and the submission is then graded once, in Docker."""
+    settings = make_settings(sandbox="docker")
+    submission_id = submit(student, honest_agent(delay=0.8, salt="docker"))
+    doomed = start_worker(processes, settings, "docker-a")
+    wait_for(
+        lambda: submission_row(engine, submission_id).status == SubmissionStatus.RUNNING,
+        timeout=30,
+        message=f"docker-a never started grading\n{doomed.output()}",
+    )
+    orphan = wait_for(
+        lambda: sandbox_containers(submission_id),
+        timeout=20,
+        message="no sandbox container for the submission",
+    )[0]
+    assert f":{doomed.process.pid}:" in orphan.labels[OWNER_LABEL]
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    doomed.process.wait(timeout=10)
+
+    survivor = start_worker(processes, settings, "docker-b")
+    wait_for(
+        lambda: submission_row(engine, submission_id).status == SubmissionStatus.GRADED,
+        timeout=90,
+        message=f"not graded after the kill\n{survivor.output()}",
+    )
+    assert_graded_exactly_once(engine, [submission_id])
+    with Session(engine) as session:
+        (grading,) = repo.list_gradings(session=session, submission_id=submission_id)
+    assert grading.sandbox == "docker"
+    assert (grading.sandbox_image or "").startswith("sha256:")
+    wait_for(
+        lambda: sandbox_containers(submission_id) == [],
+        timeout=20,
+        message="a sandbox container outlived its grading",
+    )
+    assert orphan.id not in {c.id for c in docker.from_env().containers.list(all=True)}
