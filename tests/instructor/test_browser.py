@@ -13,31 +13,14 @@ from pathlib import Path
 
 import pytest
 from flask import Flask
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 from werkzeug.serving import make_server
 
 from tests.instructor.conftest import fixed_cases, rewrite_cases
 from tests.server.conftest import Account
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 #: Where screenshots are copied for a human to look at (GRADER_SCREENSHOTS overrides).
 SCREENSHOTS = Path(os.environ.get("GRADER_SCREENSHOTS", "/tmp/grader-instructor-screenshots"))
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

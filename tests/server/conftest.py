@@ -34,6 +34,7 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
+from playwright.sync_api import Browser, sync_playwright
 from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -520,3 +521,24 @@ def live_server(processes: Callable[..., Proc], settings: Settings) -> Callable[
         return base
 
     return start
+
+
+#: Debian's Chromium, driven by Playwright (its own browser download does not work here).
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """A headless Chromium for the page tests of one module."""
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
