@@ -7,7 +7,6 @@ on stderr and a non-zero exit status; tracebacks are for bugs only.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,29 +15,17 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from grader.commandline import EXIT_SANDBOX, fail, note
 from grader.core.casesets import CaseSet, load_case_set
 from grader.core.models import GradeReport
 from grader.core.views import instructor_view, student_view
 from grader.exceptions import GraderError
 from grader.sandbox import SANDBOX_NAMES, Sandbox, make_sandbox, pick_sandbox
 
-EXIT_BAD_INPUT = 2
-EXIT_SANDBOX = 3
-
 UNSANDBOXED_WARNING = (
     "warning: --sandbox none runs the agent UNSANDBOXED with your privileges; "
     "use it only for code you trust"
 )
-
-
-def fail(message: str, status: int = EXIT_BAD_INPUT) -> None:
-    """Print one line to stderr and exit."""
-    click.echo(f"grader: {' '.join(message.split())}", err=True)
-    sys.exit(status)
-
-
-def note(message: str) -> None:
-    click.echo(message, err=True)
 
 
 def choose_sandbox(name: str) -> Sandbox:
@@ -119,7 +106,6 @@ def load_cases_or_fail(path: Path) -> CaseSet:
         return load_case_set(path)
     except GraderError as exc:
         fail(str(exc))
-        raise  # unreachable; for type checkers
 
 
 def grade_package_path(

@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from grader.commandline import fail
 from grader.core.casesets import load_case_set
 from grader.exceptions import CaseSetError
 
@@ -34,8 +35,7 @@ def audit(cases_dir: Path, max_share: float, as_json: bool) -> None:
     try:
         case_set = load_case_set(cases_dir)
     except CaseSetError as exc:
-        click.echo(f"grader: {exc}", err=True)
-        sys.exit(2)
+        fail(str(exc))
     report = run_audit(case_set, max_share=max_share)
     if as_json:
         click.echo(json.dumps(report.as_dict()))

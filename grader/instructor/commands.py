@@ -7,10 +7,10 @@ instructor named by ``--as``, exactly as if started from the console.
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
+from grader.commandline import fail
 from grader.core.casesets import load_case_set
 from grader.db import repository as repo
 from grader.db.engine import make_engine, session_scope
@@ -21,11 +21,6 @@ from grader.settings import Settings
 
 from . import regrading
 from .repository import current_results
-
-
-def _fail(message: str) -> None:
-    click.echo(f"grader: {message}", err=True)
-    sys.exit(2)
 
 
 @click.command()
@@ -68,14 +63,14 @@ def regrade(
     try:
         case_set = load_case_set(settings.cases_dir)
     except CaseSetError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     engine = make_engine(settings.database_url)
     upgrade_database(engine)
     with session_scope(engine) as session:
         actor = repo.get_user_by_name(session=session, name=actor_name)
         if actor is None or actor.role != Role.INSTRUCTOR.value:
-            _fail(f"no instructor named {actor_name!r}")
+            fail(f"no instructor named {actor_name!r}")
             return
         if mode == "answers":
             result = regrading.regrade_from_answers(

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
+from grader.commandline import EXIT_SANDBOX, fail, note
 from grader.core.casesets import CaseSet, load_case_set
 from grader.core.models import Case, CaseKind, GradeReport
 from grader.core.views import instructor_view
@@ -25,8 +26,6 @@ from grader.sandbox import SANDBOX_NAMES, Sandbox, make_sandbox
 from .leakcheck import refusal_lines
 from .publish import MANIFEST_FILE, LeakRefused, publish_practice_set
 
-EXIT_BAD_INPUT = 2
-EXIT_SANDBOX = 3
 EXIT_REFUSED = 4
 
 DEFAULT_PRACTICE_DIR = Path("practice_cases")
@@ -40,15 +39,6 @@ UNSANDBOXED_WARNING = (
     "grader: WARNING: --sandbox none runs your agent UNSANDBOXED with your own privileges; "
     "use it only for code you trust"
 )
-
-
-def _fail(message: str, status: int = EXIT_BAD_INPUT) -> NoReturn:
-    click.echo(f"grader: {' '.join(message.split())}", err=True)
-    sys.exit(status)
-
-
-def _note(message: str) -> None:
-    click.echo(message, err=True)
 
 
 @click.group()
@@ -90,12 +80,12 @@ def publish(
     try:
         published = publish_practice_set(public_dir, private_dir, out_dir, replace=replace)
     except LeakRefused as exc:
-        _note(f"grader: {exc}")
+        note(f"grader: {exc}")
         for line in refusal_lines(exc.report):
-            _note(f"  {line}")
+            note(f"  {line}")
         sys.exit(EXIT_REFUSED)
     except GraderError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     manifest = published.manifest
     if as_json:
         click.echo(json.dumps(manifest, ensure_ascii=False))
@@ -124,14 +114,14 @@ def choose_practice_sandbox(name: str) -> Sandbox:
             sandbox = make_sandbox("bwrap")
             sandbox.check()
         except SandboxUnavailable as exc:
-            _note(FALLBACK_WARNING.format(reason=str(exc).rstrip(".")))
+            note(FALLBACK_WARNING.format(reason=str(exc).rstrip(".")))
             return make_sandbox("none")
-        _note("grader: grading in the bubblewrap sandbox")
+        note("grader: grading in the bubblewrap sandbox")
         return sandbox
     sandbox = make_sandbox(name)
     sandbox.check()
     if not sandbox.isolating:
-        _note(UNSANDBOXED_WARNING)
+        note(UNSANDBOXED_WARNING)
     return sandbox
 
 
@@ -165,7 +155,7 @@ def _check_manifest(case_set: CaseSet) -> None:
     except (ValueError, AttributeError):
         published_version = None
     if published_version != case_set.version:
-        _note(
+        note(
             f"grader: note: this practice set (version {case_set.version}) differs from the one "
             f"its {MANIFEST_FILE} describes ({published_version})"
         )
@@ -235,16 +225,16 @@ def run(agent: Path, practice_dir: Path, sandbox_name: str, as_json: bool) -> No
     try:
         case_set = load_case_set(practice_dir)
     except GraderError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     _check_manifest(case_set)
     try:
         sandbox = choose_practice_sandbox(sandbox_name)
     except GraderError as exc:
-        _fail(str(exc), EXIT_SANDBOX)
+        fail(str(exc), EXIT_SANDBOX)
     try:
         report = grade_package_path(agent, case_set, sandbox, label="practice")
     except GraderError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     view = practice_view(report, case_set)
     if as_json:
         click.echo(json.dumps(view, ensure_ascii=False))

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from grader.commandline import fail
 from grader.db import repository as repo
 from grader.db.engine import make_engine, session_scope
 from grader.db.migrate import upgrade_database
@@ -25,16 +26,11 @@ from grader.settings import Settings
 ROLES = [role.value for role in Role]
 
 
-def _fail(message: str, status: int = 2) -> None:
-    click.echo(f"grader: {' '.join(message.split())}", err=True)
-    sys.exit(status)
-
-
 def _settings() -> Settings:
     try:
         return Settings()
     except Exception as exc:  # pydantic's ValidationError names the variable
-        _fail(f"bad configuration: {exc}")
+        fail(f"bad configuration: {exc}")
         raise  # unreachable
 
 
@@ -93,7 +89,7 @@ def worker(burst: bool, name: str | None) -> None:
     try:
         run_worker(settings, burst=burst, name=name)
     except GraderError as exc:
-        _fail(str(exc), 3)
+        fail(str(exc), 3)
 
 
 @click.command("reconcile")
@@ -136,12 +132,12 @@ def users_add(name: str, role: str) -> None:
     """Create an account and print its token (shown only this once)."""
     name = name.strip()
     if not name or len(name) > 100:
-        _fail("a user name must have 1 to 100 characters")
+        fail("a user name must have 1 to 100 characters")
     with session_scope(_engine()) as session:
         try:
             _user, token = repo.create_user(session=session, name=name, role=Role(role))
         except repo.UserExists:
-            _fail(f"user {name!r} already exists")
+            fail(f"user {name!r} already exists")
             raise
     click.echo(token)
 
@@ -160,9 +156,9 @@ def users_import(roster: Path) -> None:
             if number == 1 and name.lower() == "name":
                 continue  # header
             if role not in ROLES:
-                _fail(f"{roster}:{number}: role must be one of {', '.join(ROLES)}, not {role!r}")
+                fail(f"{roster}:{number}: role must be one of {', '.join(ROLES)}, not {role!r}")
             if not name or len(name) > 100:
-                _fail(f"{roster}:{number}: a user name must have 1 to 100 characters")
+                fail(f"{roster}:{number}: a user name must have 1 to 100 characters")
             rows.append((name, Role(role)))
     created = skipped = 0
     writer = csv.writer(sys.stdout)
@@ -195,7 +191,7 @@ def users_token(name: str) -> None:
     with session_scope(_engine()) as session:
         user = repo.get_user_by_name(session=session, name=name)
         if user is None:
-            _fail(f"no user {name!r}")
+            fail(f"no user {name!r}")
             raise AssertionError
         token = repo.rotate_token(session=session, user=user)
     click.echo(token)
