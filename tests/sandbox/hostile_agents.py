@@ -193,7 +193,11 @@ def hostile(question):
     "walk_filesystem": """
 def hostile(question):
     found = []
+    # A time budget keeps the answer inside the case deadline on a busy machine.
+    deadline = time.monotonic() + 2.5
     for root, dirs, files in os.walk("/"):
+        if time.monotonic() > deadline:
+            break
         if root.startswith(("/proc", "/sys", "/dev")):
             dirs[:] = []
             continue
