@@ -15,6 +15,7 @@ from grader.core.casesets import CaseSet
 from grader.core.models import Answer, CaseResult, ErrorKind, GradeReport, Policy
 from grader.core.retrieval import case_metrics, mean_metrics
 from grader.core.scoring import decide, grade_case
+from grader.exceptions import SandboxUnavailable
 from grader.sandbox.base import LaunchSpec, Limits, Sandbox
 from grader.sandbox.session import CaseRun, run_session
 
@@ -102,6 +103,13 @@ def grade_agent(
     package_sha256: str | None = None,
 ) -> GradeReport:
     """Run the agent in ``sandbox`` on every case of ``case_set`` and grade the answers."""
+    root = case_set.root.resolve()
+    for exposed in sandbox.exposed_host_paths:
+        if root.is_relative_to(exposed):
+            raise SandboxUnavailable(
+                f"the case set is under {exposed}, which the {sandbox.name} sandbox shows to "
+                "agents; move it elsewhere"
+            )
     spec = LaunchSpec(
         agent_dir=agent_dir,
         corpus_dir=case_set.corpus.root,

@@ -91,6 +91,8 @@ class Sandbox(ABC):
     name: ClassVar[str]
     #: True when the sandbox isolates the agent from the host (network, files, processes).
     isolating: ClassVar[bool] = True
+    #: Host folders the agent can read inside this sandbox besides the agent and corpus.
+    exposed_host_paths: ClassVar[tuple[Path, ...]] = ()
 
     @abstractmethod
     def check(self) -> None:

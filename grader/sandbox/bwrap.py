@@ -24,6 +24,7 @@ SANDBOX_PYTHON = "/usr/bin/python3"
 
 class BwrapSandbox(Sandbox):
     name = "bwrap"
+    exposed_host_paths = (Path("/usr"),)
 
     def __init__(self, bwrap: str | None = None, python: str = SANDBOX_PYTHON) -> None:
         self.bwrap = bwrap or shutil.which("bwrap") or "bwrap"
