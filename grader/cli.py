@@ -203,7 +203,8 @@ def check_cases(cases_dir: Path, as_json: bool) -> None:
         click.echo(f"warning: {warning}")
 
 
-#: Command groups and commands that live in their own modules: (module, attribute names).
+#: Commands that live in their own modules: (module, command names). Imported here, after
+#: ``main`` exists, because some of them reuse helpers from this module.
 COMMAND_MODULES = (
     ("grader.sandbox.commands", ("sandbox",)),
     ("grader.practice.commands", ("practice",)),
@@ -217,16 +218,9 @@ def _register_commands() -> None:
     import importlib
 
     for module_name, names in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and module_name.startswith(exc.name):
-                continue  # that part of the grader is not installed in this build
-            raise
+        module = importlib.import_module(module_name)
         for name in names:
-            command = getattr(module, name, None)
-            if isinstance(command, click.Command):
-                main.add_command(command)
+            main.add_command(getattr(module, name))
 
 
 _register_commands()

@@ -47,8 +47,5 @@ def pick_sandbox(preferred: tuple[str, ...] = ("docker", "bwrap")) -> tuple[Sand
         except SandboxUnavailable as exc:
             skipped.append(f"{name}: {exc}")
             continue
-        except ImportError as exc:
-            skipped.append(f"{name}: {exc}")
-            continue
         return sandbox, skipped
     raise SandboxUnavailable("no sandbox is usable here (" + "; ".join(skipped) + ")")

@@ -7,8 +7,9 @@ and from its stdout. Everything about questions, answers, deadlines and caps liv
 
 Inside every sandbox the runner sees these environment variables (and no others from the host):
 ``AGENT_DIR`` (the agent folder), ``CORPUS_DIR`` (the corpus folder), ``AGENT_ENTRYPOINT`` and
-``AGENT_SETUP`` (``module:function``, the latter possibly empty), ``HOME=/tmp`` and
-``PYTHONDONTWRITEBYTECODE=1``.
+``AGENT_SETUP`` (``module:function``, the latter possibly empty), ``HOME=/tmp``,
+``PYTHONDONTWRITEBYTECODE=1``, and a fixed ``PATH`` and UTF-8 locale (``LANG``, and for the
+process sandboxes ``PYTHONIOENCODING``).
 """
 
 from __future__ import annotations
