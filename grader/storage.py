@@ -93,18 +93,25 @@ class ArchiveStore:
                         raise UploadTooLarge(f"upload is larger than {max_bytes} bytes")
                     digest.update(chunk)
                     out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
             yield ReceivedFile(path=path, sha256=digest.hexdigest(), size=size)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
     def keep(self, received: ReceivedFile) -> Path:
-        """Store a received file under its hash (once) and return the stored path."""
+        """Store a received file under its hash (once) and return the stored path.
+
+        An archive already stored gets its modification time refreshed: the garbage collector
+        never removes an archive touched within its grace period (see :mod:`grader.retention`).
+        """
         target = self.path_for(received.sha256)
-        if target.is_file():
+        try:
+            os.utime(target)
             return target
+        except FileNotFoundError:
+            pass  # not stored yet (or just collected): store this copy
         target.parent.mkdir(parents=True, exist_ok=True)
-        with received.path.open("rb") as handle:
-            os.fsync(handle.fileno())
         received.path.chmod(0o444)
         # Same file system (incoming/ is under root): an atomic rename. A concurrent upload of
         # the same bytes renames identical content over it, which is harmless.
