@@ -127,10 +127,6 @@ def list_users(*, session: Session) -> Sequence[UserRow]:
 # Submissions: intake and quota
 
 
-#: Kept for callers that name the old type; every daily limit now answers with it.
-QuotaExceeded = LimitReached
-
-
 def new_id() -> str:
     return uuid.uuid4().hex
 
