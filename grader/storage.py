@@ -4,10 +4,14 @@ An archive is kept once under ``sha256/<first two hex digits>/<sha256>``, whoeve
 however often. Files are written to a private temporary name, flushed to disk and renamed into
 place, so a reader never sees a partial archive and two concurrent uploads of the same bytes
 end with one file. The folder may be shared storage read by workers on other hosts.
+
+Archives no submission needs any more are removed by ``grader storage gc``
+(:mod:`grader.storage_gc`), never while an upload of the same bytes may be under way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -55,6 +59,10 @@ class ArchiveStore:
     @property
     def _incoming(self) -> Path:
         return self.root / "incoming"
+
+    @property
+    def _trash(self) -> Path:
+        return self.root / "trash"
 
     def path_for(self, sha256: str) -> Path:
         if _SHA256.fullmatch(sha256) is None:
@@ -118,6 +126,66 @@ class ArchiveStore:
         os.replace(received.path, target)
         _fsync_dir(target.parent)
         return target
+
+    def archives(self) -> Iterator[tuple[str, os.stat_result]]:
+        """Every stored archive: its SHA-256 and file status."""
+        if not self._objects.is_dir():
+            return
+        for path in self._objects.glob("*/*"):
+            if _SHA256.fullmatch(path.name) is None:
+                continue
+            try:
+                status = path.stat()
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            yield path.name, status
+
+    def remove_unless_touched(self, sha256: str, *, untouched_since: float) -> bool:
+        """Remove the archive unless it was stored or re-uploaded at or after ``untouched_since``
+        (a time stamp); True when it was removed.
+
+        The archive is first renamed out of place, then its modification time is read: an upload
+        of the same bytes that refreshed it (:meth:`keep`) before the rename shows up in that
+        time, and the file is put back; one that comes after the rename finds no file and
+        stores its own copy. So a concurrent upload never loses its archive.
+        """
+        target = self.path_for(sha256)
+        self._trash.mkdir(parents=True, exist_ok=True)
+        doomed = self._trash / f"{sha256}.{secrets.token_hex(8)}"
+        try:
+            os.rename(target, doomed)
+        except FileNotFoundError:
+            return False  # another collector got there first
+        try:
+            touched = doomed.stat().st_mtime
+        except FileNotFoundError:
+            return True  # an old file another collector's sweep of trash/ removed meanwhile
+        if touched >= untouched_since:
+            with contextlib.suppress(FileExistsError):  # a fresh copy is already in place
+                os.link(doomed, target)
+            doomed.unlink()
+            return False
+        doomed.unlink()
+        return True
+
+    def sweep_incoming(self, *, older_than: float) -> int:
+        """Remove upload folders left by killed server processes; return how many."""
+        removed = 0
+        for parent in (self._incoming, self._trash):
+            if not parent.is_dir():
+                continue
+            for entry in parent.iterdir():
+                try:
+                    if entry.lstat().st_mtime >= older_than:
+                        continue
+                except FileNotFoundError:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                removed += 1
+        return removed
 
     def open_path(self, sha256: str) -> Path:
         """The stored archive for ``sha256``; :class:`StorageError` when it is missing."""

@@ -242,6 +242,14 @@ def _cas(
     return bool(result.rowcount == 1)
 
 
+def _leased_to(job_id: str) -> list[Any]:
+    """Conditions: the submission is running under ``job_id``'s lease."""
+    return [
+        col(SubmissionRow.status) == SubmissionStatus.RUNNING.value,
+        col(SubmissionRow.job_id) == job_id,
+    ]
+
+
 def claim_submission(
     *, session: Session, submission_id: str, job_id: str, worker: str, now: datetime | None = None
 ) -> bool:
@@ -271,10 +279,7 @@ def heartbeat(
     return _cas(
         session,
         submission_id,
-        where=[
-            col(SubmissionRow.status) == SubmissionStatus.RUNNING.value,
-            col(SubmissionRow.job_id) == job_id,
-        ],
+        where=_leased_to(job_id),
         values={"heartbeat_at": now or utcnow()},
     )
 
@@ -312,6 +317,20 @@ def mark_failed(
             "failure_reason": " ".join(reason.split())[:500],
             "finished_at": now or utcnow(),
         },
+    )
+
+
+def keep_earlier_results(*, session: Session, submission_id: str, job_id: str) -> bool:
+    """A rerun that cannot run (its archive was collected): back to ``graded`` with the result
+    set that was current before, if ``job_id`` still holds the lease and there is one."""
+    return _cas(
+        session,
+        submission_id,
+        where=[
+            *_leased_to(job_id),
+            col(SubmissionRow.current_grading_id).is_not(None),
+        ],
+        values={"status": SubmissionStatus.GRADED.value},
     )
 
 
@@ -482,10 +501,7 @@ def record_grading(
     won = _cas(
         session,
         submission_id,
-        where=[
-            col(SubmissionRow.status) == SubmissionStatus.RUNNING.value,
-            col(SubmissionRow.job_id) == job_id,
-        ],
+        where=_leased_to(job_id),
         values={
             "status": SubmissionStatus.GRADED.value,
             "current_grading_id": grading.id,
