@@ -6,9 +6,9 @@ failed authentication of the client's address, and an address over the limit get
 its tokens are looked up (:class:`.throttle.AuthFailureGuard`). A page login stores the user id
 and a short fingerprint of the token hash and the user's session generation in Flask's signed
 session cookie, so rotating a token or logging out ends every session opened before. The API
-accepts the session cookie for reading only (``GET``):
-the pages poll it for live status, and a cross-site form can never make a state-changing API
-call with it (uploads through the API need the bearer header; the page form has a CSRF token).
+accepts the session cookie for reading only (``GET``): the pages poll it for live status, and a
+cross-site form can never make a state-changing API call with it (uploads through the API need
+the bearer header; the page form has a CSRF token).
 """
 
 from __future__ import annotations
