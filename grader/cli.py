@@ -208,7 +208,7 @@ def check_cases(cases_dir: Path, as_json: bool) -> None:
 COMMAND_MODULES = (
     ("grader.sandbox.commands", ("sandbox",)),
     ("grader.practice.commands", ("practice",)),
-    ("grader.server.commands", ("serve", "worker", "users", "reconcile")),
+    ("grader.server.commands", ("serve", "worker", "users", "reconcile", "storage")),
     ("grader.audit.commands", ("audit",)),
     ("grader.instructor.commands", ("regrade",)),
 )

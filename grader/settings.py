@@ -7,6 +7,7 @@ in the working directory may supply them. A :class:`Settings` value is built onc
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -18,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from grader.exceptions import GraderError
 
 _MIB = 1024 * 1024
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class SettingsError(GraderError):
@@ -76,8 +78,49 @@ class Settings(BaseSettings):
     practice_dir: Path = Path("var/practice")
     #: Course name shown on certificates (empty: the instructor console's default).
     course_name: str = ""
+    #: Bytes one student may upload in a rolling 24 hours (every upload counts its archive size,
+    #: whatever its outcome); past it an upload gets 429.
+    storage_bytes_per_day: Annotated[int, Field(gt=0)] = 200 * _MIB
+    #: Uploads per student in a rolling 24 hours whose agent failed to start (import error, setup
+    #: crash or setup timeout) or whose grading was abandoned; past it an upload gets 429.
+    failed_starts_per_day: Annotated[int, Field(gt=0)] = 10
+    #: ``grader storage gc`` keeps the archive of a graded submission this many days (a student's
+    #: best and latest graded submissions and certificate bases are kept for good).
+    archive_retention_days: Annotated[float, Field(ge=0)] = 30.0
+    #: … and the archive of a failed submission this many days (no result set needs it).
+    failed_archive_retention_days: Annotated[float, Field(ge=0)] = 2.0
+    #: How often the workers' reconciler runs the storage gc (one worker per interval; 0: never).
+    storage_gc_interval_seconds: Annotated[float, Field(ge=0)] = 3600.0
+    #: Failed authentications (bad bearer or login token) per client address (Flask-Limiter
+    #: syntax); past it every token-carrying request from that address gets 429.
+    auth_failure_limit: str = "30 per minute"
+    #: Comma-separated addresses or networks of reverse proxies whose ``X-Forwarded-For`` and
+    #: ``X-Forwarded-Proto`` are believed (one hop); from anyone else they are ignored.
+    trusted_proxies: str = ""
+    #: A bearer token that may read ``/metrics`` from anywhere (empty: instructors and loopback
+    #: only).
+    metrics_token: str = ""
 
-    @field_validator("rate_limit", "upload_rate_limit")
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _valid_networks(cls, value: str) -> str:
+        for item in value.split(","):
+            if item.strip():
+                try:
+                    ipaddress.ip_network(item.strip(), strict=False)
+                except ValueError:
+                    raise ValueError(f"not an address or network: {item.strip()!r}") from None
+        return value
+
+    def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:
+        """``trusted_proxies`` parsed (validated when the settings were read)."""
+        return tuple(
+            ipaddress.ip_network(item.strip(), strict=False)
+            for item in self.trusted_proxies.split(",")
+            if item.strip()
+        )
+
+    @field_validator("rate_limit", "upload_rate_limit", "auth_failure_limit")
     @classmethod
     def _valid_limit(cls, value: str) -> str:
         from limits import parse_many

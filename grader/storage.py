@@ -4,10 +4,14 @@ An archive is kept once under ``sha256/<first two hex digits>/<sha256>``, whoeve
 however often. Files are written to a private temporary name, flushed to disk and renamed into
 place, so a reader never sees a partial archive and two concurrent uploads of the same bytes
 end with one file. The folder may be shared storage read by workers on other hosts.
+
+Archives no submission needs any more are removed by ``grader storage gc``
+(:mod:`grader.storage_gc`), never while an upload of the same bytes may be under way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -56,6 +60,10 @@ class ArchiveStore:
     def _incoming(self) -> Path:
         return self.root / "incoming"
 
+    @property
+    def _trash(self) -> Path:
+        return self.root / "trash"
+
     def path_for(self, sha256: str) -> Path:
         if _SHA256.fullmatch(sha256) is None:
             raise ValueError(f"not a hex SHA-256: {sha256!r}")
@@ -93,24 +101,91 @@ class ArchiveStore:
                         raise UploadTooLarge(f"upload is larger than {max_bytes} bytes")
                     digest.update(chunk)
                     out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
             yield ReceivedFile(path=path, sha256=digest.hexdigest(), size=size)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
     def keep(self, received: ReceivedFile) -> Path:
-        """Store a received file under its hash (once) and return the stored path."""
+        """Store a received file under its hash (once) and return the stored path.
+
+        An archive already stored gets its modification time refreshed: the garbage collector
+        never removes an archive touched within its grace period (see :mod:`grader.retention`).
+        """
         target = self.path_for(received.sha256)
-        if target.is_file():
+        try:
+            os.utime(target)
             return target
+        except FileNotFoundError:
+            pass  # not stored yet (or just collected): store this copy
         target.parent.mkdir(parents=True, exist_ok=True)
-        with received.path.open("rb") as handle:
-            os.fsync(handle.fileno())
         received.path.chmod(0o444)
         # Same file system (incoming/ is under root): an atomic rename. A concurrent upload of
         # the same bytes renames identical content over it, which is harmless.
         os.replace(received.path, target)
         _fsync_dir(target.parent)
         return target
+
+    def archives(self) -> Iterator[tuple[str, os.stat_result]]:
+        """Every stored archive: its SHA-256 and file status."""
+        if not self._objects.is_dir():
+            return
+        for path in self._objects.glob("*/*"):
+            if _SHA256.fullmatch(path.name) is None:
+                continue
+            try:
+                status = path.stat()
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            yield path.name, status
+
+    def remove_unless_touched(self, sha256: str, *, untouched_since: float) -> bool:
+        """Remove the archive unless it was stored or re-uploaded at or after ``untouched_since``
+        (a time stamp); True when it was removed.
+
+        The archive is first renamed out of place, then its modification time is read: an upload
+        of the same bytes that refreshed it (:meth:`keep`) before the rename shows up in that
+        time, and the file is put back; one that comes after the rename finds no file and
+        stores its own copy. So a concurrent upload never loses its archive.
+        """
+        target = self.path_for(sha256)
+        self._trash.mkdir(parents=True, exist_ok=True)
+        doomed = self._trash / f"{sha256}.{secrets.token_hex(8)}"
+        try:
+            os.rename(target, doomed)
+        except FileNotFoundError:
+            return False  # another collector got there first
+        try:
+            touched = doomed.stat().st_mtime
+        except FileNotFoundError:
+            return True  # an old file another collector's sweep of trash/ removed meanwhile
+        if touched >= untouched_since:
+            with contextlib.suppress(FileExistsError):  # a fresh copy is already in place
+                os.link(doomed, target)
+            doomed.unlink()
+            return False
+        doomed.unlink()
+        return True
+
+    def sweep_incoming(self, *, older_than: float) -> int:
+        """Remove upload folders left by killed server processes; return how many."""
+        removed = 0
+        for parent in (self._incoming, self._trash):
+            if not parent.is_dir():
+                continue
+            for entry in parent.iterdir():
+                try:
+                    if entry.lstat().st_mtime >= older_than:
+                        continue
+                except FileNotFoundError:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                removed += 1
+        return removed
 
     def open_path(self, sha256: str) -> Path:
         """The stored archive for ``sha256``; :class:`StorageError` when it is missing."""

@@ -11,14 +11,15 @@ The database is the source of truth; Redis only carries work. :func:`reconcile` 
 lost Redis, a flushed queue or a killed worker leaves behind: queued submissions whose job is
 gone are enqueued again, and running submissions whose lease went stale are re-queued (or
 failed, after ``max_attempts`` interrupted gradings). Every worker runs it at start and then
-periodically; ``grader reconcile`` runs it once.
+periodically; ``grader reconcile`` runs it once. The periodic pass also runs the storage gc
+(:func:`grader.storage_gc.collect_if_due`: one worker per ``storage_gc_interval_seconds``).
 
 Outcome rules (the student sees ``failure_reason``; nothing in it comes from a hidden case):
 
 * The agent could not start (``AgentStartError``: import error, setup crash or timeout): the
   run is ``failed`` with that one-line reason. No question was asked, so it reveals nothing;
-  it does **not** count toward the daily quota (no failed run does), and the per-token upload
-  rate limit bounds retries.
+  it does **not** count toward the daily quota (no failed run does) but is a *failed start*,
+  capped per day (``GRADER_FAILED_STARTS_PER_DAY``, :mod:`grader.db.usage`).
 * Sandbox, storage, case-set or database trouble: ``failed`` with a generic reason, never
   counted against the quota.
 """
@@ -68,6 +69,7 @@ from grader.sandbox.process import CGROUP_PARENT, CGROUP_ROOT
 from grader.sandbox.session import AgentStartError
 from grader.settings import Settings
 from grader.storage import ArchiveStore, StorageError
+from grader.storage_gc import collect_if_due
 
 log = logging.getLogger("grader.worker")
 
@@ -101,6 +103,8 @@ class JobOutcome(StrEnum):
     SKIPPED = "skipped"
     #: Graded, but the lease was taken over meanwhile: the results were discarded.
     LOST_LEASE = "lost_lease"
+    #: A rerun whose archive the storage gc had removed: the earlier results stay current.
+    KEPT_EARLIER = "kept_earlier"
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,7 +196,10 @@ class GradingService:
             submission = repo.get_submission(session=session, submission_id=submission_id)
             assert submission is not None
             package_sha256 = submission.package_sha256
+            rerun = submission.current_grading_id is not None
         case_set = load_case_set(self.settings.cases_dir)
+        if rerun and not self.store.exists(package_sha256):
+            return self._keep_earlier_results(submission_id, job_id)
         archive = self.store.open_path(package_sha256)
         started = time.monotonic()
         with TemporaryDirectory(prefix="grader-job-") as workdir:
@@ -235,6 +242,19 @@ class GradingService:
             report.decision.decision.value,
         )
         return JobOutcome.GRADED
+
+    def _keep_earlier_results(self, submission_id: str, job_id: str) -> JobOutcome:
+        with session_scope(self.engine) as session:
+            kept = repo.keep_earlier_results(
+                session=session, submission_id=submission_id, job_id=job_id
+            )
+        if not kept:
+            return JobOutcome.LOST_LEASE
+        log.warning(
+            "submission %s: rerun skipped, its archive was collected; earlier results kept",
+            submission_id,
+        )
+        return JobOutcome.KEPT_EARLIER
 
     def _fail(self, submission_id: str, job_id: str, kind: FailureKind, reason: str) -> JobOutcome:
         try:
@@ -502,6 +522,9 @@ class ReconcilerThread(threading.Thread):
                 sweep_orphan_cgroups()
                 if self.sandbox is not None:
                     self.sandbox.sweep_orphans()
+                collect_if_due(
+                    engine=self.engine, redis=self.queue.connection, settings=self.settings
+                )
             except Exception:
                 log.exception("reconciler pass failed")
 

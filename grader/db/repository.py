@@ -16,8 +16,7 @@ import hmac
 import secrets
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -37,7 +36,6 @@ from grader.core.models import (
 )
 
 from .tables import (
-    QUOTA_STATUSES,
     EvalRecordRow,
     FailureKind,
     GradingRow,
@@ -46,13 +44,13 @@ from .tables import (
     SubmissionRow,
     SubmissionStatus,
     UserRow,
-    as_utc,
     utcnow,
 )
+from .usage import WINDOW, LimitReached, UploadLimits, check_upload, usage
 
 TOKEN_PREFIX = "grd_"
 #: The daily quota is a rolling window of this length.
-QUOTA_WINDOW = timedelta(hours=24)
+QUOTA_WINDOW = WINDOW
 
 
 class UserExists(Exception):
@@ -93,6 +91,15 @@ def rotate_token(*, session: Session, user: UserRow) -> str:
     return token
 
 
+def end_sessions(*, session: Session, user_id: int) -> None:
+    """Bump the user's session generation: every page session signed before it stops working."""
+    session.exec(
+        sa.update(UserRow)
+        .where(col(UserRow.id) == user_id)
+        .values(session_generation=UserRow.session_generation + 1)
+    )
+
+
 def find_user_by_token(*, session: Session, token: str) -> UserRow | None:
     """The active user holding ``token``, compared in constant time, or None."""
     if not token or len(token) > 200:
@@ -120,16 +127,6 @@ def list_users(*, session: Session) -> Sequence[UserRow]:
 # Submissions: intake and quota
 
 
-@dataclass(frozen=True)
-class QuotaExceeded:
-    """The outcome of an upload over the daily quota."""
-
-    limit: int
-    used: int
-    #: When the oldest counted submission leaves the window (a slot opens).
-    next_slot_at: datetime | None
-
-
 def new_id() -> str:
     return uuid.uuid4().hex
 
@@ -137,15 +134,8 @@ def new_id() -> str:
 def quota_used(*, session: Session, user_id: int, now: datetime) -> tuple[int, datetime | None]:
     """Submissions counting toward the quota in the window ending ``now``, and the oldest one's
     time (statuses queued, running, graded; failed never counts)."""
-    since = now - QUOTA_WINDOW
-    row = session.exec(
-        select(sa.func.count(), sa.func.min(SubmissionRow.created_at)).where(
-            SubmissionRow.user_id == user_id,
-            col(SubmissionRow.status).in_([status.value for status in QUOTA_STATUSES]),
-            col(SubmissionRow.created_at) > since,
-        )
-    ).one()
-    return int(row[0]), as_utc(row[1])
+    used = usage(session=session, user_id=user_id, now=now)
+    return used.submissions, used.oldest_submission
 
 
 def create_submission(
@@ -157,22 +147,27 @@ def create_submission(
     package_sha256: str,
     package_bytes: int,
     daily_limit: int | None,
+    storage_budget: int | None = None,
+    failed_start_limit: int | None = None,
     now: datetime | None = None,
-) -> SubmissionRow | QuotaExceeded:
-    """Insert a ``queued`` submission, or return :class:`QuotaExceeded`.
+) -> SubmissionRow | LimitReached:
+    """Insert a ``queued`` submission, or return the :class:`LimitReached` it would break.
 
     The user's row is locked first (``UPDATE`` on it: a row lock on PostgreSQL, the write lock
-    on SQLite), so two concurrent uploads by one student cannot both take the last slot.
+    on SQLite), so two concurrent uploads by one student cannot both take the last slot of the
+    daily quota, the storage budget or the failed-start cap.
     """
     now = now or utcnow()
-    session.exec(sa.update(UserRow).where(col(UserRow.id) == user.id).values(active=UserRow.active))
-    if daily_limit is not None:
-        assert user.id is not None
-        used, oldest = quota_used(session=session, user_id=user.id, now=now)
-        if used >= daily_limit:
-            next_slot = oldest + QUOTA_WINDOW if oldest is not None else None
-            return QuotaExceeded(limit=daily_limit, used=used, next_slot_at=next_slot)
     assert user.id is not None
+    session.exec(sa.update(UserRow).where(col(UserRow.id) == user.id).values(active=UserRow.active))
+    limits = UploadLimits(
+        submissions=daily_limit, storage_bytes=storage_budget, failed_starts=failed_start_limit
+    )
+    reached = check_upload(
+        session=session, user_id=user.id, limits=limits, upload_bytes=package_bytes, now=now
+    )
+    if reached is not None:
+        return reached
     submission = SubmissionRow(
         id=new_id(),
         user_id=user.id,
@@ -247,6 +242,14 @@ def _cas(
     return bool(result.rowcount == 1)
 
 
+def _leased_to(job_id: str) -> list[Any]:
+    """Conditions: the submission is running under ``job_id``'s lease."""
+    return [
+        col(SubmissionRow.status) == SubmissionStatus.RUNNING.value,
+        col(SubmissionRow.job_id) == job_id,
+    ]
+
+
 def claim_submission(
     *, session: Session, submission_id: str, job_id: str, worker: str, now: datetime | None = None
 ) -> bool:
@@ -276,10 +279,7 @@ def heartbeat(
     return _cas(
         session,
         submission_id,
-        where=[
-            col(SubmissionRow.status) == SubmissionStatus.RUNNING.value,
-            col(SubmissionRow.job_id) == job_id,
-        ],
+        where=_leased_to(job_id),
         values={"heartbeat_at": now or utcnow()},
     )
 
@@ -317,6 +317,20 @@ def mark_failed(
             "failure_reason": " ".join(reason.split())[:500],
             "finished_at": now or utcnow(),
         },
+    )
+
+
+def keep_earlier_results(*, session: Session, submission_id: str, job_id: str) -> bool:
+    """A rerun that cannot run (its archive was collected): back to ``graded`` with the result
+    set that was current before, if ``job_id`` still holds the lease and there is one."""
+    return _cas(
+        session,
+        submission_id,
+        where=[
+            *_leased_to(job_id),
+            col(SubmissionRow.current_grading_id).is_not(None),
+        ],
+        values={"status": SubmissionStatus.GRADED.value},
     )
 
 
@@ -487,10 +501,7 @@ def record_grading(
     won = _cas(
         session,
         submission_id,
-        where=[
-            col(SubmissionRow.status) == SubmissionStatus.RUNNING.value,
-            col(SubmissionRow.job_id) == job_id,
-        ],
+        where=_leased_to(job_id),
         values={
             "status": SubmissionStatus.GRADED.value,
             "current_grading_id": grading.id,

@@ -2,7 +2,8 @@
 
 Four tables:
 
-* ``users`` — students and instructors; only a SHA-256 of each token is kept.
+* ``users`` — students and instructors; only a SHA-256 of each token is kept, and a session
+  generation that logging out bumps.
 * ``submissions`` — one upload: who, which archive (content-addressed), its lifecycle status
   and lease (job id, heartbeat), and a pointer to its *current* grading.
 * ``gradings`` — one result set of a submission, numbered 1, 2, … per submission. The first
@@ -84,6 +85,9 @@ class UserRow(SQLModel, table=True):
     token_hash: str = Field(max_length=64, sa_type=sa.String(64), unique=True, index=True)
     active: bool = Field(default=True)
     created_at: datetime = Field(default_factory=utcnow, sa_type=sa.DateTime(timezone=True))
+    #: Part of every page session's fingerprint; logging out bumps it, which ends every page
+    #: session of this user (a replayed cookie gets the login form).
+    session_generation: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
 class SubmissionRow(SQLModel, table=True):

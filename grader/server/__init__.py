@@ -30,6 +30,7 @@ from .auth import rate_limit_key
 from .errors import register_error_handlers
 from .metrics import GraderCollector
 from .state import EXTENSION_KEY, CaseSetCache, ServerState, close_read_session
+from .throttle import AuthFailureGuard, TrustedProxies, client_address
 
 __all__ = ["ServerState", "create_app"]
 
@@ -98,6 +99,15 @@ def create_app(
         swallow_errors=True,  # a Redis outage must not stop uploads (the DB is the truth)
     )
 
+    server.auth_guard = AuthFailureGuard(
+        limiter.limiter, settings.auth_failure_limit, prefix=f"{settings.queue_name}-limits"
+    )
+    # The client address every limit and the /metrics loopback rule see (X-Forwarded-For only
+    # from the configured proxies).
+    app.wsgi_app = TrustedProxies(  # type: ignore[method-assign]
+        app.wsgi_app, settings.trusted_proxy_networks()
+    )
+
     for blueprint in (api.bp, instructor.bp, pages.bp, health.bp, practice.bp):
         app.register_blueprint(blueprint)
     # Token-authenticated JSON APIs are not cookie forms: no CSRF token (see auth.py).
@@ -110,9 +120,7 @@ def create_app(
     per_route = {
         "api.create_submission": limiter.limit(settings.upload_rate_limit, methods=["POST"]),
         "pages.upload": limiter.limit(settings.upload_rate_limit, methods=["POST"]),
-        "pages.login": limiter.limit(
-            "20 per minute", key_func=lambda: request.remote_addr or "unknown", methods=["POST"]
-        ),
+        "pages.login": limiter.limit("20 per minute", key_func=client_address, methods=["POST"]),
     }
     for endpoint, limit in per_route.items():
         app.view_functions[endpoint] = cast(Any, limit(app.view_functions[endpoint]))

@@ -7,6 +7,7 @@ from flask.typing import ResponseReturnValue
 
 from grader.db import repository as repo
 from grader.db.tables import GradingRow, SubmissionRow, UserRow, utcnow
+from grader.db.usage import usage
 
 from .auth import api_auth, current_user
 from .intake import Accepted, accept_upload, daily_limit
@@ -73,12 +74,33 @@ def get_submission(submission_id: str) -> ResponseReturnValue:
 @bp.get("/me")
 @api_auth()
 def me() -> ResponseReturnValue:
-    """The caller's name, role and daily quota."""
+    """The caller's name, role, daily quota, storage budget and failed-start cap."""
     user = _user()
     assert user.id is not None
-    limit = daily_limit(state())
-    used, _oldest = repo.quota_used(session=read_session(), user_id=user.id, now=utcnow())
+    server = state()
+    limit = daily_limit(server)
+    used = usage(session=read_session(), user_id=user.id, now=utcnow())
     quota = None
     if isinstance(limit, int):
-        quota = {"limit": limit, "used": used, "remaining": max(limit - used, 0)}
-    return jsonify(name=user.name, role=user.role, quota=quota)
+        quota = {
+            "limit": limit,
+            "used": used.submissions,
+            "remaining": max(limit - used.submissions, 0),
+        }
+    budget = server.settings.storage_bytes_per_day
+    failed_cap = server.settings.failed_starts_per_day
+    return jsonify(
+        name=user.name,
+        role=user.role,
+        quota=quota,
+        storage={
+            "limit_bytes": budget,
+            "used_bytes": used.bytes,
+            "remaining_bytes": max(budget - used.bytes, 0),
+        },
+        failed_starts={
+            "limit": failed_cap,
+            "used": used.failed_starts,
+            "remaining": max(failed_cap - used.failed_starts, 0),
+        },
+    )

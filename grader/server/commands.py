@@ -1,4 +1,4 @@
-"""``grader serve``, ``grader worker``, ``grader users`` and ``grader reconcile``.
+"""``grader serve``, ``grader worker``, ``grader users``, ``grader reconcile`` and ``grader storage``.
 
 Each reads :class:`~grader.settings.Settings` from the environment once and brings the database
 schema to the latest migration before doing anything else.
@@ -195,3 +195,30 @@ def users_token(name: str) -> None:
             raise AssertionError
         token = repo.rotate_token(session=session, user=user)
     click.echo(token)
+
+
+@click.group()
+def storage() -> None:
+    """Manage the archive storage (GRADER_STORAGE_DIR)."""
+
+
+@storage.command("gc")
+@click.option("--dry-run", is_flag=True, help="Report what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def storage_gc(dry_run: bool, as_json: bool) -> None:
+    """Remove archives no submission needs (retention: GRADER_ARCHIVE_RETENTION_DAYS, …)."""
+    import json
+
+    from grader.storage import ArchiveStore
+    from grader.storage_gc import collect_garbage
+
+    settings = _settings()
+    engine = make_engine(settings.database_url)
+    upgrade_database(engine)
+    report = collect_garbage(
+        engine=engine,
+        store=ArchiveStore(settings.storage_dir),
+        settings=settings,
+        dry_run=dry_run,
+    )
+    click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.summary())

@@ -20,7 +20,15 @@ from grader.db.tables import utcnow
 from grader.instructor import repository as irepo
 
 from .api import own_submission
-from .auth import current_user, log_in, log_out, login_required, via_session
+from .auth import (
+    auth_blocked,
+    current_user,
+    log_in,
+    log_out,
+    login_required,
+    verify_token,
+    via_session,
+)
 from .intake import Accepted, accept_upload, daily_limit
 from .serialize import submission_detail, submission_summary
 from .state import state
@@ -65,9 +73,10 @@ def index() -> ResponseReturnValue:
 @bp.route("/login", methods=["GET", "POST"])
 def login() -> ResponseReturnValue:
     if request.method == "POST":
-        token = request.form.get("token", "").strip()
-        with session_scope(state().engine) as session:
-            user = repo.find_user_by_token(session=session, token=token)
+        user = verify_token(request.form.get("token", "").strip())
+        if user is None and auth_blocked():
+            message = "Too many failed logins from your address; try again in a minute."
+            return render_template("login.html", error=message), 429
         if user is None:
             return render_template("login.html", error="That token is not valid."), 401
         log_in(user)

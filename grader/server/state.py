@@ -6,6 +6,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flask import current_app, g
 from redis import Redis
@@ -16,6 +17,9 @@ from sqlmodel import Session
 from grader.core.casesets import CaseSet, load_case_set
 from grader.settings import Settings
 from grader.storage import ArchiveStore
+
+if TYPE_CHECKING:
+    from .throttle import AuthFailureGuard
 
 EXTENSION_KEY = "grader"
 
@@ -68,6 +72,8 @@ class ServerState:
     queue: Queue
     store: ArchiveStore
     case_sets: CaseSetCache
+    #: Failed authentications per client address (set once the rate limiter exists).
+    auth_guard: AuthFailureGuard | None = None
 
 
 def state() -> ServerState:

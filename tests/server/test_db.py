@@ -21,6 +21,7 @@ from grader.db import repository as repo
 from grader.db.engine import make_engine, session_scope
 from grader.db.migrate import current_revision, head_revision, upgrade_database
 from grader.db.tables import GradingTrigger, Role, SubmissionRow, SubmissionStatus, UserRow
+from grader.db.usage import LimitReached
 from grader.grading import build_report, results_from_runs
 from grader.sandbox.session import CaseRun
 from tests.server.conftest import POSTGRES_URL, Account
@@ -129,7 +130,7 @@ def test_quota_holds_under_concurrent_uploads(engine: Engine, student: Account) 
     for thread in threads:
         thread.join()
     created = [o for o in outcomes if isinstance(o, SubmissionRow)]
-    refused = [o for o in outcomes if isinstance(o, repo.QuotaExceeded)]
+    refused = [o for o in outcomes if isinstance(o, LimitReached)]
     assert len(created) == 3 and len(refused) == 5
     assert refused[0].limit == 3 and refused[0].next_slot_at is not None
 

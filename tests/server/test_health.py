@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 
@@ -11,6 +12,7 @@ from grader.db.engine import make_engine
 from grader.server import create_app
 from grader.settings import Settings
 from tests.server.conftest import Account
+from tests.server.test_pages import logged_in
 
 
 def test_healthz_is_200_when_database_and_redis_answer(client: FlaskClient) -> None:
@@ -64,3 +66,42 @@ def test_metrics_expose_queue_depth_statuses_and_grading_durations(
     assert 'grader_grading_duration_seconds_bucket{le="+Inf"} 1.0' in text
     assert "grader_grading_duration_seconds_count 1.0" in text
     assert 'grader_dependency_up{name="database"} 1.0' in text
+
+
+REMOTE = {"REMOTE_ADDR": "203.0.113.50"}
+
+
+def test_metrics_are_for_instructors_loopback_and_the_metrics_token_only(
+    make_settings: Callable[..., Settings],
+    engine: Engine,
+    student: Account,
+    instructor: Account,
+) -> None:
+    """/metrics answers loopback, an instructor (token or page session) and the configured
+    metrics token from anywhere; a student, an anonymous remote client, a wrong token and a
+    request relayed by an unlisted local proxy get 404."""
+    app = create_app(make_settings(metrics_token="scrape-secret-123"), engine=engine)
+    client = app.test_client()
+
+    def status(headers: dict[str, str] | None = None, **environ: str) -> int:
+        code: int = client.get("/metrics", headers=headers, environ_base=environ).status_code
+        return code
+
+    assert status() == 200  # the test client is 127.0.0.1: this host's scraper
+    assert status(REMOTE_ADDR="::1") == 200
+    assert status(**REMOTE) == 404
+    assert status(student.headers, **REMOTE) == 404
+    assert status(instructor.headers, **REMOTE) == 200
+    assert status({"Authorization": "Bearer scrape-secret-123"}, **REMOTE) == 200
+    assert status({"Authorization": "Bearer scrape-secret-124"}, **REMOTE) == 404
+    assert status({"X-Forwarded-For": "203.0.113.50"}) == 404
+    denied = client.get("/metrics", environ_base=REMOTE)
+    assert denied.get_json() == {"error": "Not found."}
+    assert "grader_" not in denied.get_data(as_text=True)
+
+
+def test_metrics_follow_an_instructors_page_session(app: Flask, instructor: Account) -> None:
+    """An instructor logged in to the pages can read /metrics from a remote address."""
+    browser = logged_in(app, instructor)
+    browser.environ_base["REMOTE_ADDR"] = REMOTE["REMOTE_ADDR"]
+    assert browser.get("/metrics").status_code == 200

@@ -146,6 +146,27 @@ def test_logout_clears_the_session(app: Flask, student: Account) -> None:
     assert browser.get("/submissions").status_code == 302
 
 
+def test_a_cookie_replayed_after_logout_gets_the_login_form(app: Flask, student: Account) -> None:
+    """Logout ends the session server-side: the old cookie, sent again by another client, gets
+    the login form (and 401 from the API), and so does a second session opened before."""
+    browser, other_device = logged_in(app, student), logged_in(app, student)
+    cookie = browser.get_cookie("grader_session")
+    assert cookie is not None and browser.get("/submissions").status_code == 200
+    assert (
+        browser.post(
+            "/logout", data={"csrf_token": csrf_token(browser, "/submissions")}
+        ).status_code
+        == 302
+    )
+    replay = app.test_client()
+    replay.set_cookie("grader_session", cookie.value)
+    page = replay.get("/submissions")
+    assert page.status_code == 302 and page.headers["Location"].startswith("/login")
+    assert replay.get("/api/me").status_code == 401
+    assert other_device.get("/submissions").status_code == 302
+    assert logged_in(app, student).get("/submissions").status_code == 200  # log in again
+
+
 def test_pages_send_security_headers(app: Flask, make_user: Callable[..., Account]) -> None:
     """Pages forbid framing and inline script, and API answers are not cached."""
     browser = logged_in(app, make_user(Role.STUDENT))

@@ -46,6 +46,17 @@ def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GRADER_SANDBOX")
     with pytest.raises(ValidationError, match="not a rate limit"):
         Settings(_env_file=None, rate_limit="lots")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="not a rate limit"):
+        Settings(_env_file=None, auth_failure_limit="many")  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match=r"not an address or network: 'proxy\.local'"):
+        Settings(_env_file=None, trusted_proxies="10.0.0.1, proxy.local")  # type: ignore[call-arg]
+
+
+def test_trusted_proxies_are_a_comma_separated_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GRADER_TRUSTED_PROXIES takes addresses and networks separated by commas."""
+    monkeypatch.setenv("GRADER_TRUSTED_PROXIES", "127.0.0.1, 10.0.0.0/8,::1")
+    networks = Settings(_env_file=None).trusted_proxy_networks()  # type: ignore[call-arg]
+    assert [str(network) for network in networks] == ["127.0.0.1/32", "10.0.0.0/8", "::1/128"]
 
 
 def test_unsandboxed_grading_needs_the_loud_flag() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,29 @@ def test_a_missing_archive_is_a_storage_error(tmp_path: Path) -> None:
         ArchiveStore(tmp_path).open_path("0" * 64)
     with pytest.raises(ValueError):
         ArchiveStore(tmp_path).path_for("../../etc/passwd")
+
+
+def test_gc_removal_spares_an_archive_a_new_upload_of_the_same_bytes_refreshed(
+    tmp_path: Path,
+) -> None:
+    """Re-uploading stored bytes refreshes the file's time, so the collector leaves it; an
+    untouched old archive is removed, and a later upload stores it again."""
+    store = ArchiveStore(tmp_path)
+    data = b"PK\x03\x04 archive"
+    long_ago = time.time() - 7200
+    cutoff = time.time() - 3600
+
+    def upload_again() -> Path:
+        with store.receiving(io.BytesIO(data), "a.zip", max_bytes=1000) as received:
+            return store.keep(received)
+
+    path = upload_again()
+    os.utime(path, (long_ago, long_ago))
+    upload_again()  # the same bytes again: no new file, a fresh time
+    digest = hashlib.sha256(data).hexdigest()
+    assert not store.remove_unless_touched(digest, untouched_since=cutoff)
+    assert path.read_bytes() == data
+    os.utime(path, (long_ago, long_ago))
+    assert store.remove_unless_touched(digest, untouched_since=cutoff)
+    assert not path.exists() and list((tmp_path / "trash").iterdir()) == []
+    assert upload_again().read_bytes() == data
