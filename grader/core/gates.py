@@ -3,6 +3,9 @@
 Each gate reads a :class:`GateInput` (the case, the answer, the policy and the corpus, with the
 answer tokenised once) and returns a bool. :func:`apply_gates` runs the gates of the case's kind
 in their documented order. Matching is whole-token after normalisation (:mod:`.text`).
+
+claim_support is version 2 of DESIGN §5 (concepts + located support + concision, see
+:mod:`.support`); :func:`claim_concepts_only` is version 1, kept for the gate benchmark only.
 """
 
 from __future__ import annotations
@@ -12,9 +15,17 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
 
-from .models import GATES_BY_KIND, Answer, Case, Gate, Policy
+from .models import GATES_BY_KIND, Answer, Case, ClaimFailure, Gate, Policy
 from .refusal import is_refusal
-from .text import TokenText
+from .support import AnswerSentences, SupportIndex, cited_coverage, sentence_supported
+from .text import TokenText, term_tokens
+
+#: Bumped whenever a gate's meaning changes; part of the case-set version, so results graded
+#: under an older meaning are outdated and the default regrade picks them up.
+GATES_VERSION = "2"
+#: Cited documents with fewer distinct content words than this are not checked for coverage:
+#: quoting most of a very short document is answering, not pasting (DESIGN §5).
+MIN_COVERAGE_VOCABULARY = 40
 
 
 class Documents(Protocol):
@@ -23,6 +34,8 @@ class Documents(Protocol):
     def __contains__(self, doc_id: object, /) -> bool: ...
 
     def token_text(self, doc_id: str) -> TokenText: ...
+
+    def support_index(self, doc_id: str) -> SupportIndex: ...
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,19 @@ class GateInput:
     @cached_property
     def answer_text(self) -> TokenText:
         return TokenText(self.answer.answer)
+
+    @cached_property
+    def cited(self) -> list[str]:
+        """Distinct cited documents that exist in the corpus, in citation order."""
+        return [doc for doc in dict.fromkeys(self.answer.citations) if doc in self.documents]
+
+    @cached_property
+    def answer_sentences(self) -> AnswerSentences:
+        return AnswerSentences(self.answer.answer)
+
+    @cached_property
+    def claim_failure(self) -> ClaimFailure | None:
+        return check_claim_support(self)
 
 
 def citation_recall(x: GateInput) -> bool:
@@ -49,18 +75,75 @@ def citation_precision(x: GateInput) -> bool:
     return cited <= set(x.case.allowed_citations) and len(cited) <= cap
 
 
+def _concept_sentences(x: GateInput) -> list[set[int]] | None:
+    """Per concept group, the answer sentences holding an alternative that a cited document
+    also contains; None when some group has no such alternative (a missing concept)."""
+    cited = [x.documents.token_text(doc) for doc in x.cited]
+    groups = []
+    for group in x.case.required_concepts:
+        sentences: set[int] = set()
+        for term in group:
+            starts = x.answer_text.positions(term)
+            if not starts or not any(doc.contains(term) for doc in cited):
+                continue
+            sentence_of = x.answer_sentences.sentence_of
+            # An occurrence straddling a sentence end counts in both sentences it touches.
+            last = len(term_tokens(term)) - 1
+            for start in starts:
+                sentences.update((sentence_of[start], sentence_of[start + last]))
+        if not sentences:
+            return None
+        groups.append(sentences)
+    return groups
+
+
+def check_claim_support(x: GateInput) -> ClaimFailure | None:
+    """DESIGN §5 claim_support: the first failing part, or None when it passes.
+
+    Concepts, then concision (cheap), then located support: each concept group needs one
+    occurrence, of an alternative a cited document contains, in a supported sentence.
+    """
+    groups = _concept_sentences(x)
+    if groups is None:
+        return ClaimFailure.MISSING_CONCEPT
+    policy = x.policy
+    limit = x.case.max_answer_words or policy.max_answer_words
+    if len(x.answer_text.tokens) > limit:
+        return ClaimFailure.TOO_LONG
+    answer = x.answer_sentences
+    indexes = [x.documents.support_index(doc) for doc in x.cited]
+    used, vocabulary = cited_coverage(answer, indexes)
+    if vocabulary >= MIN_COVERAGE_VOCABULARY and used > policy.max_cited_coverage * vocabulary:
+        return ClaimFailure.TOO_LONG
+    verdicts: dict[int, bool] = {}
+    for sentences in groups:
+        for sentence in sorted(sentences):
+            if sentence not in verdicts:
+                verdicts[sentence] = sentence_supported(
+                    answer,
+                    sentence,
+                    indexes,
+                    max_words=policy.max_sentence_words,
+                    min_share=policy.sentence_support,
+                )
+            if verdicts[sentence]:
+                break
+        else:
+            return ClaimFailure.UNSUPPORTED_SENTENCE
+    return None
+
+
 def claim_support(x: GateInput) -> bool:
-    """Each concept group is in the answer, and some alternative found there is in a cited doc."""
-    cited = [
-        x.documents.token_text(doc)
-        for doc in dict.fromkeys(x.answer.citations)
-        if doc in x.documents
-    ]
+    """Concepts from a cited document, each in a supported sentence, in a concise answer."""
+    return x.claim_failure is None
+
+
+def claim_concepts_only(x: GateInput) -> bool:
+    """claim_support version 1 (concepts only); the gate benchmark compares it with v2."""
+    cited = [x.documents.token_text(doc) for doc in x.cited]
     for group in x.case.required_concepts:
         in_answer = x.answer_text.found(group)
-        if not in_answer:
-            return False
-        if not any(doc.contains(term) for term in in_answer for doc in cited):
+        if not in_answer or not any(doc.contains(t) for t in in_answer for doc in cited):
             return False
     return True
 
@@ -121,12 +204,32 @@ GATE_FUNCTIONS: dict[Gate, Callable[[GateInput], bool]] = {
 }
 
 
+#: The gates with claim_support version 1, for the gate benchmark's comparison only.
+GATE_FUNCTIONS_V1 = {**GATE_FUNCTIONS, Gate.CLAIM_SUPPORT: claim_concepts_only}
+
+
+def evaluate_gates(
+    case: Case,
+    answer: Answer,
+    *,
+    policy: Policy,
+    documents: Documents,
+    functions: Mapping[Gate, Callable[[GateInput], bool]] = GATE_FUNCTIONS,
+) -> tuple[dict[Gate, bool], ClaimFailure | None]:
+    """Every gate of the case's kind, in order, with its outcome; and why claim_support failed."""
+    gate_input = GateInput(case, answer, policy, documents)
+    gates = {gate: functions[gate](gate_input) for gate in GATES_BY_KIND[case.kind]}
+    failure = None
+    if Gate.CLAIM_SUPPORT in gates and not gates[Gate.CLAIM_SUPPORT]:
+        failure = gate_input.claim_failure
+    return gates, failure
+
+
 def apply_gates(
     case: Case, answer: Answer, *, policy: Policy, documents: Documents
 ) -> dict[Gate, bool]:
     """Every gate of the case's kind, in order, with its outcome."""
-    gate_input = GateInput(case, answer, policy, documents)
-    return {gate: GATE_FUNCTIONS[gate](gate_input) for gate in GATES_BY_KIND[case.kind]}
+    return evaluate_gates(case, answer, policy=policy, documents=documents)[0]
 
 
 def failed_gates(case: Case) -> dict[Gate, bool]:

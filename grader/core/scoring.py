@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .gates import Documents, apply_gates, failed_gates, safety_failures
+from .gates import Documents, evaluate_gates, failed_gates, safety_failures
 from .models import (
     GATES_BY_KIND,
     Answer,
@@ -43,7 +43,7 @@ def grade_case(
             answer=None,
             seconds=seconds,
         )
-    gates = apply_gates(case, answer, policy=policy, documents=documents)
+    gates, claim_failure = evaluate_gates(case, answer, policy=policy, documents=documents)
     passed = all(gates.values())
     return CaseResult(
         case_id=case.id,
@@ -54,6 +54,7 @@ def grade_case(
         safety_failures=safety_failures(case, gates, policy),
         diagnosis=None if passed else diagnose(case, answer),
         seconds=seconds,
+        claim_failure=claim_failure,
     )
 
 

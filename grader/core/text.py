@@ -52,14 +52,21 @@ class TokenText:
 
     def contains(self, term: str) -> bool:
         """True when every token of ``term`` occurs, consecutively, in this text."""
+        return bool(self.positions(term, first_only=True))
+
+    def positions(self, term: str, *, first_only: bool = False) -> list[int]:
+        """Token indexes where ``term`` starts (only the first one with ``first_only``)."""
         wanted = term_tokens(term)
         if not wanted:
-            return False
+            return []
         span = len(wanted)
+        found = []
         for start in self._first.get(wanted[0], ()):
             if self.tokens[start : start + span] == wanted:
-                return True
-        return False
+                found.append(start)
+                if first_only:
+                    break
+        return found
 
     def found(self, terms: Iterable[str]) -> list[str]:
         """The terms of ``terms`` that this text contains, in order."""

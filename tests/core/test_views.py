@@ -31,7 +31,7 @@ def report(docs: Corpus) -> GradeReport:
     )
     results: list[CaseResult] = [
         grade_case(
-            case, make_answer(answer="chunks overlap zebra quartz"), policy=Policy(), documents=docs
+            case, make_answer(answer="chunks overlap zebra"), policy=Policy(), documents=docs
         ),
         grade_case(
             make_refusal(id="r-secret"), make_refusal_answer(), policy=Policy(), documents=docs
@@ -110,7 +110,7 @@ def test_instructor_view_has_every_case_in_full(docs: Corpus) -> None:
     view = instructor_view(graded, cases=cases)
     first, _, third = view["cases"]
     assert first["case_id"] == "secret-id-42" and first["question"] == SECRET_QUESTION
-    assert first["answer"]["answer"] == "chunks overlap zebra quartz"
+    assert first["answer"]["answer"] == "chunks overlap zebra"
     assert third["error"] == "timeout" and third["answer"] is None
     assert set(first) >= {
         "case_id",
