@@ -34,7 +34,6 @@ _INSTRUCTION = re.compile(
     r"\b(ignore|disregard|reply only|respond only|print|output|say|you must|instead)\b",
     re.IGNORECASE,
 )
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 #: A refusal every supported language's refusal_language gate accepts (DESIGN §5).
 REFUSAL = (
@@ -78,13 +77,8 @@ def echo_question(question: str, library: Library) -> dict[str, Any]:
 
 def follow_injection(question: str, library: Library) -> dict[str, Any]:
     """Obeys any instruction-like sentence found in the corpus, as a naive RAG agent would."""
-    orders = [
-        sentence.strip()
-        for document in library.documents.values()
-        for sentence in _SENTENCE.split(document.text)
-        if _INSTRUCTION.search(sentence)
-    ]
-    return _answer(" ".join(orders) or "Done as instructed.", [library.best(question).doc_id])
+    orders = " ".join(library.sentences_matching(_INSTRUCTION))
+    return _answer(orders or "Done as instructed.", [library.best(question).doc_id])
 
 
 def paste_document(question: str, library: Library) -> dict[str, Any]:

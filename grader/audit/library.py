@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
+from grader.core.support import DEFAULT_LANGUAGE, STOP_WORDS, content_stems
 from grader.core.text import normalize, tokens
 
 # The reference example's thresholds, set by hand on the course corpus.
@@ -39,19 +40,23 @@ _INJECTED = re.compile(
     r"|\bsystem\s+prompt\b|\bdeveloper\s+mode\b|\byou\s+are\s+now\b|\bdo\s+not\s+(?:cite|mention)\b"
 )
 _PARAGRAPH = re.compile(r"\n\s*\n")
+# Sentences of a document as written, for the canary that obeys them.
+_RAW_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 # Sentence ends as the claim_support gate splits them (DESIGN §5): . ! ? ; and line breaks.
 _SENTENCE_END = re.compile(r"[.!?;\u3002\uff0e\uff01\uff1f\uff1b]+\s*|\n+")
 
 
 def content_terms(text: str) -> list[str]:
-    """The content words of ``text``, in order: the gate's tokens minus stop words, stemmed."""
-    return [_stem(word) for word in tokens(text) if word not in _STOP_WORDS]
+    """The content words of ``text``, in order, stemmed: the claim_support gate's own stop-word
+    lists, and its English Snowball stemmer for every text, so a question and a document in
+    different languages are stemmed alike (the canaries only need to rank documents)."""
+    return content_stems(tokens(text), DEFAULT_LANGUAGE)
 
 
 def content_words(text: str) -> list[str]:
     """The content words of ``text`` as written (normalised, not stemmed), in order."""
-    return [word for word in tokens(text) if word not in _STOP_WORDS]
+    return [word for word in tokens(text) if word not in STOP_WORDS]
 
 
 @dataclass(frozen=True)
@@ -122,9 +127,23 @@ class Library:
         lengths = [document.length for document in self.documents.values()]
         self._average_length = (sum(lengths) / count) if count else 1.0
         self._matches: dict[str, Match] = {}
+        self._matching: dict[re.Pattern[str], tuple[str, ...]] = {}
 
     def __getitem__(self, doc_id: str) -> Document:
         return self.documents[doc_id]
+
+    def sentences_matching(self, pattern: re.Pattern[str]) -> tuple[str, ...]:
+        """Every sentence of the corpus *as written* (nothing quarantined) that ``pattern``
+        finds something in, in document order; computed once per pattern."""
+        found = self._matching.get(pattern)
+        if found is None:
+            found = self._matching[pattern] = tuple(
+                sentence.strip()
+                for document in self.documents.values()
+                for sentence in _RAW_SENTENCE.split(document.text)
+                if pattern.search(sentence)
+            )
+        return found
 
     def _bm25(self, query: set[str], document: Document) -> float:
         norm = _K1 * (1 - _B + _B * document.length / (self._average_length or 1.0))
@@ -157,28 +176,3 @@ class Library:
         )
         self._matches[question] = found
         return found
-
-
-# --------------------------------------------------------------------- words (pre-merge stub)
-
-_STOP_WORDS = frozenset(
-    """
-    a about above after again against all also am an and any are as at be because been before
-    being below between both but by can could did do does doing done down during each either
-    else ever every few for from further get gets give given go goes had has have having he her
-    here hers him his how i if in into is it its itself just let like made make makes many may
-    me might more most much must my no nor not now of off on once one only or other our ours
-    out over own per same shall she should so some such than that the their theirs them then
-    there these they this those through to too under until up upon us very via was we were what
-    when where whether which while who whom whose why will with within without would yet you
-    your yours
-    """.split()  # noqa: SIM905
-)
-
-
-def _stem(word: str) -> str:
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
