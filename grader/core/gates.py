@@ -47,7 +47,8 @@ class GateInput:
 
     @cached_property
     def answer_text(self) -> TokenText:
-        return TokenText(self.answer.answer)
+        # Tokenised once, from the sentence split, so both views of the answer agree.
+        return TokenText(self.answer.answer, words=self.answer_sentences.words())
 
     @cached_property
     def cited(self) -> list[str]:
