@@ -43,9 +43,9 @@ CLAIM_HINTS: dict[ClaimFailure, str] = {
         "not contain: answer every part of the question in the document's own terms."
     ),
     ClaimFailure.UNSUPPORTED_SENTENCE: (
-        "Some key sentences are not backed by one passage of the cited document: keep each "
-        "sentence short and close to a single passage you retrieved; word lists and sentences "
-        "stitched from all over a document are not support."
+        "Some sentences are not backed by one passage of the cited document: keep each "
+        "sentence short and close to a single passage you retrieved; off-topic asides, word "
+        "lists and sentences stitched from all over a document are not support."
     ),
     ClaimFailure.TOO_LONG: (
         "Some answers are too long or reuse most of the cited document: answer in a few "

@@ -146,7 +146,7 @@ def test_claim_support_failures_are_counted_by_reason_never_by_case(docs: Corpus
     answers = {
         "missing": "Chunks are small.",
         "unsupported": "Chunks overlap zebra quartz giraffe.",
-        "long": "Chunks overlap a little. " * 30,
+        "long": "Chunks overlap a little. " * 40,
     }
     results = [
         grade_case(case, make_answer(answer=text), policy=Policy(), documents=docs)
