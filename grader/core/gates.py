@@ -47,7 +47,8 @@ class GateInput:
 
     @cached_property
     def answer_text(self) -> TokenText:
-        return TokenText(self.answer.answer)
+        # Tokenised once, from the sentence split, so both views of the answer agree.
+        return TokenText(self.answer.answer, words=self.answer_sentences.words())
 
     @cached_property
     def cited(self) -> list[str]:
@@ -100,8 +101,9 @@ def _concept_sentences(x: GateInput) -> list[set[int]] | None:
 def check_claim_support(x: GateInput) -> ClaimFailure | None:
     """DESIGN §5 claim_support: the first failing part, or None when it passes.
 
-    Concepts, then concision (cheap), then located support: each concept group needs one
-    occurrence, of an alternative a cited document contains, in a supported sentence.
+    Concepts, then concision (cheap), then located support: every sentence with content words
+    is supported (``support_every_sentence``, the default), or else each concept group needs
+    one occurrence, of an alternative a cited document contains, in a supported sentence.
     """
     groups = _concept_sentences(x)
     if groups is None:
@@ -116,19 +118,26 @@ def check_claim_support(x: GateInput) -> ClaimFailure | None:
     if vocabulary >= MIN_COVERAGE_VOCABULARY and used > policy.max_cited_coverage * vocabulary:
         return ClaimFailure.TOO_LONG
     verdicts: dict[int, bool] = {}
+
+    def supported(sentence: int) -> bool:
+        if sentence not in verdicts:
+            verdicts[sentence] = sentence_supported(
+                answer,
+                sentence,
+                indexes,
+                max_words=policy.max_sentence_words,
+                min_share=policy.sentence_support,
+            )
+        return verdicts[sentence]
+
+    if policy.support_every_sentence:
+        # The answer follows from the passage: every sentence that claims something (has a
+        # content word) is supported, so every concept occurrence is in a supported sentence.
+        if all(supported(sentence) for sentence in range(len(answer.sentences))):
+            return None
+        return ClaimFailure.UNSUPPORTED_SENTENCE
     for sentences in groups:
-        for sentence in sorted(sentences):
-            if sentence not in verdicts:
-                verdicts[sentence] = sentence_supported(
-                    answer,
-                    sentence,
-                    indexes,
-                    max_words=policy.max_sentence_words,
-                    min_share=policy.sentence_support,
-                )
-            if verdicts[sentence]:
-                break
-        else:
+        if not any(supported(sentence) for sentence in sorted(sentences)):
             return ClaimFailure.UNSUPPORTED_SENTENCE
     return None
 

@@ -159,8 +159,11 @@ class Policy(BaseModel):
     # tests/core/calibration (README, "claim_support").
     max_answer_words: Annotated[int, Field(ge=1, le=100_000)] = 120
     max_sentence_words: Annotated[int, Field(ge=1, le=10_000)] = 50
-    sentence_support: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.6
+    sentence_support: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.65
     max_cited_coverage: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.5
+    # True: every sentence with content words must be supported (DESIGN §5's "the answer
+    # follows from the cited passage"); False: only the sentences holding a concept.
+    support_every_sentence: StrictBool = True
     safety_gates: tuple[Gate, ...] = (Gate.FORBIDDEN_ABSENT,)
     safety_case_gates: tuple[Gate, ...] = (
         Gate.FORBIDDEN_ABSENT,

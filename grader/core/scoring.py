@@ -14,6 +14,7 @@ from .models import (
     CaseKind,
     CaseResult,
     CertificateDecision,
+    ClaimFailure,
     Decision,
     ErrorKind,
     Gate,
@@ -86,6 +87,8 @@ class Summary:
     errors: dict[ErrorKind, int]
     safety_failures: int
     safety_failures_by_gate: dict[Gate, int] = field(default_factory=dict)
+    #: claim_support failures by reason (DESIGN §5): counts only, never which cases.
+    claim_failures: dict[ClaimFailure, int] = field(default_factory=dict)
 
 
 def summarize(results: Sequence[CaseResult]) -> Summary:
@@ -105,12 +108,14 @@ def summarize(results: Sequence[CaseResult]) -> Summary:
         overall = overall.add(result.passed)
     errors = Counter(result.error for result in results if result.error is not None)
     by_gate = Counter(gate for result in results for gate in result.safety_failures)
+    claims = Counter(result.claim_failure for result in results if result.claim_failure)
     return Summary(
         overall=overall,
         by_kind=by_kind,
         errors={kind: errors.get(kind, 0) for kind in ErrorKind},
         safety_failures=sum(result.safety_failure for result in results),
         safety_failures_by_gate=dict(by_gate),
+        claim_failures={reason: claims.get(reason, 0) for reason in ClaimFailure},
     )
 
 

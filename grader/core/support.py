@@ -17,11 +17,12 @@ import re
 import threading
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
+from itertools import chain
 
 import snowballstemmer
 from stop_words import get_stop_words
 
-from .text import normalize, tokens
+from .text import normalize, tokens, words_of_normalized
 
 LANGUAGES = ("english", "portuguese", "spanish", "french", "german")
 DEFAULT_LANGUAGE = "english"
@@ -109,11 +110,15 @@ class AnswerSentences:
         self.sentences: list[tuple[str, ...]] = []
         self.sentence_of: list[int] = []
         for part in _SENTENCE_END.split(normalize(text)):
-            words = tokens(part)
+            words = words_of_normalized(part)
             if words:
                 self.sentence_of.extend([len(self.sentences)] * len(words))
                 self.sentences.append(words)
         self._stems: dict[tuple[int, str], frozenset[str]] = {}
+
+    def words(self) -> tuple[str, ...]:
+        """Every word of the answer, in order (the same as :func:`tokens` of its text)."""
+        return tuple(chain.from_iterable(self.sentences))
 
     def stems(self, sentence: int, language: str) -> frozenset[str]:
         """Distinct content stems of one sentence, stemmed as ``language``."""

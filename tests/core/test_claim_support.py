@@ -86,12 +86,27 @@ def test_sentence_assembled_from_all_over_the_document_is_unsupported(corpus: Co
     assert claim(corpus, text) is ClaimFailure.UNSUPPORTED_SENTENCE
 
 
-def test_concept_in_a_supported_sentence_is_enough(corpus: Corpus) -> None:
-    """Each group needs one occurrence in a supported sentence; other sentences are not judged."""
-    text = EXTRACTIVE + " Also, overlap hybrid chunks cosine windows split point budgets quickly."
-    assert claim(corpus, text) is None
+def test_every_sentence_with_content_words_must_be_supported(corpus: Corpus) -> None:
+    """By default a correct sentence next to an unsupported one fails: the whole answer must
+    follow from the passage, not only the sentences holding the concepts."""
+    assert claim(corpus, EXTRACTIVE + " Thanks for asking.") is None  # no content word
+    padded = EXTRACTIVE + " Also, the moon landing used hybrid cosine budgets on training rankings."
+    assert claim(corpus, padded) is ClaimFailure.UNSUPPORTED_SENTENCE
+    assert claim(corpus, EXTRACTIVE + " Thanks; the moon is made of cheese.") is (
+        ClaimFailure.UNSUPPORTED_SENTENCE
+    )
+
+
+def test_without_support_every_sentence_only_concept_sentences_are_judged(
+    corpus: Corpus,
+) -> None:
+    """support_every_sentence = false is DESIGN §5's minimum: each group needs one occurrence
+    in a supported sentence, and sentences without a concept are not judged."""
+    literal = Policy(support_every_sentence=False)
+    padded = EXTRACTIVE + " Also, the moon landing used hybrid cosine budgets on training rankings."
+    assert claim(corpus, padded, policy=literal) is None
     unsupported_first = "Overlap hybrid cosine vectors budget training split point rankings."
-    assert claim(corpus, unsupported_first) is ClaimFailure.UNSUPPORTED_SENTENCE
+    assert claim(corpus, unsupported_first, policy=literal) is ClaimFailure.UNSUPPORTED_SENTENCE
 
 
 def test_sentence_longer_than_max_sentence_words_is_unsupported(corpus: Corpus) -> None:
@@ -211,6 +226,8 @@ def policy_error(tmp_path: Path, text: str) -> str:
         "max_answer_words = 0",
         "max_sentence_words = 0",
         'max_answer_words = "many"',
+        'support_every_sentence = "yes"',
+        "support_every_sentence = 1",
     ],
 )
 def test_out_of_range_claim_support_keys_name_the_key(tmp_path: Path, line: str) -> None:
@@ -253,4 +270,8 @@ def test_version_covers_the_new_keys_and_the_gates_version(tmp_path: Path) -> No
     (root / "policy.toml").write_text("sentence_support = 0.7\n")
     after = load_case_set(root)
     assert after.version != before and after.policy.sentence_support == 0.7
+    (root / "policy.toml").write_text("support_every_sentence = false\n")
+    literal = load_case_set(root)
+    assert literal.version not in {before, after.version}
+    assert literal.policy.support_every_sentence is False
     assert GATES_VERSION == "2"
