@@ -8,8 +8,8 @@ shares fewer than :data:`MIN_MATCHED_TERMS` content words with it. The formula (
 b = 0.75, idf = ln(1 + (n − df + ½) / (df + ½))) is the reference's, so its hand-set thresholds
 mean the same thing here; a library BM25 with another idf would need its own calibration.
 
-Everything here is prepared once per corpus (:class:`Library`), so running every canary over
-every case costs one dictionary look-up per question word.
+Everything here is prepared once per corpus (:class:`Library`) and each question's match is
+memoised, so the retriever costs the audit a few dictionary look-ups per question word.
 """
 
 from __future__ import annotations
