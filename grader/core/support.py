@@ -15,21 +15,38 @@ from __future__ import annotations
 
 import re
 import threading
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from itertools import chain
+from itertools import accumulate, chain
+from typing import Any, cast
 
 import snowballstemmer
 from stop_words import get_stop_words
 
-from .text import normalize, tokens, words_of_normalized
+from .text import ASCII_NON_WORD, normalize, tokens, words_of_normalized
 
 LANGUAGES = ("english", "portuguese", "spanish", "french", "german")
 DEFAULT_LANGUAGE = "english"
 
 # Sentence ends: . ! ? ; and their full-width / ideographic forms, and line breaks. Text is
 # NFKC-normalised first, which already maps the full-width ASCII forms to . ! ? ;
-_SENTENCE_END = re.compile(r"[.!?;\u3002\uff0e\uff01\uff1f\uff1b\n\r\u2028\u2029\x0b\x0c\x85]+")
+_ENDS = ".!?;\u3002\uff0e\uff01\uff1f\uff1b\n\r\u2028\u2029\x0b\x0c\x85"
+_SENTENCE_END = re.compile(f"[{re.escape(_ENDS)}]+")
+# For ASCII text: sentence ends become line breaks and other non-word characters spaces, so
+# str.split does the regex's work (the same sentences and words, several times faster).
+_ASCII_SENTENCES = str.maketrans(
+    {**ASCII_NON_WORD, **{ord(end): "\n" for end in _ENDS if end.isascii()}}
+)
+
+
+def split_sentences(normalized: str) -> list[tuple[str, ...]]:
+    """The word tokens of each sentence of normalised text, skipping sentences without words."""
+    if normalized.isascii():
+        parts = [part.split() for part in normalized.translate(_ASCII_SENTENCES).split("\n")]
+        return [tuple(words) for words in parts if words]
+    parts2 = (words_of_normalized(part) for part in _SENTENCE_END.split(normalized))
+    return [words for words in parts2 if words]
 
 
 def _stop_lists() -> dict[str, frozenset[str]]:
@@ -50,17 +67,32 @@ _DISTINCTIVE = {
     for language, words in _STOP_LISTS.items()
 }
 
-_STEMMERS = {language: snowballstemmer.stemmer(language) for language in LANGUAGES}
-# A Snowball stemmer object keeps its working string between calls: serialise the (cached,
-# so rare) calls, because the server regrades in threads.
-_STEM_LOCK = threading.Lock()
+# A Snowball stemmer object keeps its working string between calls, and the server regrades
+# in threads: each thread stems with its own stemmers (no lock to contend for).
+_THREAD = threading.local()
+
+
+def _stemmer(language: str) -> Any:
+    stemmers: dict[str, Any] | None = getattr(_THREAD, "stemmers", None)
+    if stemmers is None:
+        stemmers = _THREAD.stemmers = {}
+    found = stemmers.get(language)
+    if found is None:
+        found = stemmers[language] = snowballstemmer.stemmer(language)
+    return found
 
 
 @lru_cache(maxsize=200_000)
 def stem(language: str, word: str) -> str:
     """The Snowball stem of a normalised word in ``language`` (memoised: corpora repeat words)."""
-    with _STEM_LOCK:
-        return str(_STEMMERS[language].stemWord(word))
+    return str(_stemmer(language).stemWord(word))
+
+
+#: Per language, word → its stem, or "" for a stop word: one dict look-up per answer word on
+#: the grading path. Cleared when it grows past the bound, so answers full of made-up words
+#: cannot grow it without limit.
+_CONTENT_STEMS: dict[str, dict[str, str]] = {language: {} for language in LANGUAGES}
+_CONTENT_STEMS_BOUND = 200_000
 
 
 def detect_language(words: Iterable[str]) -> str:
@@ -75,46 +107,91 @@ def detect_language(words: Iterable[str]) -> str:
     return DEFAULT_LANGUAGE if tied or not counts[best] else best
 
 
+def _content_stem(language: str, word: str) -> str:
+    """The stem of ``word``, or "" for a stop word, remembered in ``_CONTENT_STEMS``."""
+    table = _CONTENT_STEMS[language]
+    if len(table) >= _CONTENT_STEMS_BOUND:
+        table.clear()
+    stemmed = table[word] = "" if word in STOP_WORDS else stem(language, word)
+    return stemmed
+
+
 def content_stems(words: Iterable[str], language: str) -> list[str]:
     """The stems of the words that are not stop words, in order."""
-    return [stem(language, word) for word in words if word not in STOP_WORDS]
+    table = _CONTENT_STEMS[language]
+    found = []
+    for word in words:
+        stemmed = table.get(word)
+        if stemmed is None:
+            stemmed = _content_stem(language, word)
+        if stemmed:
+            found.append(stemmed)
+    return found
+
+
+def content_stem_set(words: Sequence[str], language: str) -> frozenset[str]:
+    """The distinct stems of the words that are not stop words (as :func:`content_stems`)."""
+    table = _CONTENT_STEMS[language]
+    # One C-level pass when every word is known, as it is once a corpus's words were seen.
+    seen = set(map(table.get, words))
+    if None in seen:
+        found = {
+            known if (known := table.get(word)) is not None else _content_stem(language, word)
+            for word in words
+        }
+    else:
+        found = cast(set[str], seen)
+    found.discard("")
+    return frozenset(found)
 
 
 class SupportIndex:
     """A document prepared for located-support and coverage checks."""
 
-    __slots__ = ("language", "positions", "stems")
+    __slots__ = ("language", "positions", "stem_at", "stems")
 
     def __init__(self, text: str) -> None:
         words = tokens(text)
         self.language = detect_language(words)
+        #: The stem of the content word at each token position ("" for a stop word).
+        self.stem_at = ["" if word in STOP_WORDS else stem(self.language, word) for word in words]
+        #: Each content stem's token positions, ascending.
         positions: dict[str, list[int]] = {}
-        for index, word in enumerate(words):
-            if word not in STOP_WORDS:
-                positions.setdefault(stem(self.language, word), []).append(index)
+        for index, stemmed in enumerate(self.stem_at):
+            if stemmed:
+                positions.setdefault(stemmed, []).append(index)
         self.positions = positions
         #: The document's distinct content words (stemmed).
         self.stems = frozenset(positions)
 
 
 class AnswerSentences:
-    """An answer split into sentences, with the sentence of each token of the whole answer.
+    """An answer split into sentences, and which sentence each token of the whole answer is in.
 
     Sentence ends are never word characters, so the sentences' tokens, concatenated, are
-    exactly the answer's tokens: a concept found at token ``i`` lies in ``sentence_of[i]``.
+    exactly the answer's tokens: a concept found at token ``i`` lies in ``sentence_at(i)``.
     """
 
-    __slots__ = ("_stems", "sentence_of", "sentences")
+    __slots__ = ("_starts", "_stems", "sentences")
 
     def __init__(self, text: str) -> None:
-        self.sentences: list[tuple[str, ...]] = []
-        self.sentence_of: list[int] = []
-        for part in _SENTENCE_END.split(normalize(text)):
-            words = words_of_normalized(part)
-            if words:
-                self.sentence_of.extend([len(self.sentences)] * len(words))
-                self.sentences.append(words)
+        self.sentences = split_sentences(normalize(text))
+        self._starts: list[int] | None = None
         self._stems: dict[tuple[int, str], frozenset[str]] = {}
+
+    def sentence_at(self, token: int) -> int:
+        """The sentence holding the answer's ``token``-th word."""
+        if self._starts is None:
+            # Token index of each sentence's first word; built only when a concept is found.
+            self._starts = list(
+                accumulate((len(words) for words in self.sentences[:-1]), initial=0)
+            )
+        return bisect_right(self._starts, token) - 1
+
+    @property
+    def sentence_of(self) -> list[int]:
+        """The sentence of every token of the answer, in order."""
+        return [number for number, words in enumerate(self.sentences) for _ in words]
 
     def words(self) -> tuple[str, ...]:
         """Every word of the answer, in order (the same as :func:`tokens` of its text)."""
@@ -125,28 +202,42 @@ class AnswerSentences:
         key = (sentence, language)
         found = self._stems.get(key)
         if found is None:
-            found = self._stems[key] = frozenset(content_stems(self.sentences[sentence], language))
+            found = self._stems[key] = content_stem_set(self.sentences[sentence], language)
         return found
 
 
-def best_window_share(wanted: frozenset[str], document: SupportIndex, window: int) -> int:
-    """The most distinct ``wanted`` stems found together in ``window`` consecutive document
-    words (a two-pointer sweep over the merged positions of the wanted stems)."""
-    events = sorted(
-        (position, word) for word in wanted for position in document.positions.get(word, ())
-    )
-    counts: dict[str, int] = {}
-    best = start = 0
-    for position, word in events:
-        counts[word] = counts.get(word, 0) + 1
-        while events[start][0] <= position - window:
-            gone = events[start][1]
+def window_holds(wanted: frozenset[str], document: SupportIndex, window: int, needed: int) -> bool:
+    """True when at least ``needed`` distinct ``wanted`` stems occur together in ``window``
+    consecutive document words: a two-pointer sweep over the merged positions of the wanted
+    stems the document has, stopping as soon as a window holds enough."""
+    present = wanted & document.stems
+    if len(present) < needed:
+        return False
+    if needed <= 1:
+        return True
+    positions = document.positions
+    events: list[int] = []
+    for word in present:
+        events += positions[word]
+    events.sort()
+    stem_at = document.stem_at
+    counts = dict.fromkeys(present, 0)
+    distinct = start = 0
+    for position in events:
+        word = stem_at[position]
+        if not counts[word]:
+            distinct += 1
+        counts[word] += 1
+        horizon = position - window
+        while events[start] <= horizon:
+            gone = stem_at[events[start]]
             counts[gone] -= 1
             if not counts[gone]:
-                del counts[gone]
+                distinct -= 1
             start += 1
-        best = max(best, len(counts))
-    return best
+        if distinct >= needed:
+            return True
+    return False
 
 
 def sentence_supported(
@@ -169,9 +260,7 @@ def sentence_supported(
             return True  # no content word: the sentence claims nothing that needs support
         # Integer comparison, so 0.6 × 5 words needs exactly 3 (no float rounding surprises).
         needed = -(-round(min_share * 1_000_000) * len(wanted) // 1_000_000)
-        if len(wanted & document.stems) < needed:
-            continue
-        if best_window_share(wanted, document, window) >= needed:
+        if window_holds(wanted, document, window, needed):
             return True
     return False
 
