@@ -36,3 +36,5 @@ bench: setup
 	$(BIN)/python benchmarks/bench_docker_sandbox.py
 	$(BIN)/python benchmarks/bench_leak_check.py
 	$(BIN)/python benchmarks/bench_regrade.py
+	$(BIN)/python benchmarks/bench_gates.py
+	$(BIN)/python benchmarks/bench_audit.py

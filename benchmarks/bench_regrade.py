@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import shutil
 import statistics
 import tempfile
@@ -43,6 +44,7 @@ from sqlalchemy.engine import Engine
 from grader.core.casesets import CaseSet, load_case_set
 from grader.core.models import Answer, Case, CaseKind, ErrorKind
 from grader.core.scoring import grade_case
+from grader.core.text import TokenText
 from grader.core.views import student_view
 from grader.db import repository as repo
 from grader.db.engine import make_engine, session_scope
@@ -85,19 +87,30 @@ def fix_label(root: Path) -> None:
 
 
 def good_answer(case: Case, case_set: CaseSet) -> dict[str, Any]:
-    """Cites the expected documents and states, per concept, a word those documents hold."""
-    words = []
-    for group in case.required_concepts:
-        found = [
-            term
-            for term in group
-            if any(
-                case_set.corpus.token_text(doc).contains(term) for doc in case.expected_citations
-            )
-        ]
-        words.append((found or list(group))[0])
+    """Cites the expected documents and quotes their sentences that hold the concepts: the
+    sentence covering most concept groups, then one more if some group is still missing (a
+    concise extractive answer, as claim_support v2 expects)."""
+    sentences = [
+        sentence
+        for doc in case.expected_citations
+        for sentence in re.split(r"(?<=[.!?])\s+|\n+", case_set.corpus[doc])
+        if sentence.strip() and not sentence.startswith("#")
+    ]
+
+    def groups_in(sentence: str) -> set[int]:
+        text = TokenText(sentence)
+        return {i for i, group in enumerate(case.required_concepts) if text.found(group)}
+
+    chosen: list[str] = []
+    covered: set[int] = set()
+    for _ in range(2):
+        best = max(sentences, key=lambda sentence: len(groups_in(sentence) - covered))
+        if not groups_in(best) - covered:
+            break
+        chosen.append(best)
+        covered |= groups_in(best)
     return {
-        "answer": "In short: " + ", ".join(words) + ".",
+        "answer": " ".join(chosen) or "Something unrelated.",
         "citations": list(case.expected_citations),
         "confidence": 0.8,
         "needs_human_review": False,

@@ -15,7 +15,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from grader.commandline import EXIT_SANDBOX, fail, note
+from grader.audit.report import MAX_ANSWERABLE_SHARE, run_audit
+from grader.commandline import EXIT_AUDIT_FAILED, EXIT_SANDBOX, fail, note
 from grader.core.casesets import CaseSet, load_case_set
 from grader.core.models import GradeReport
 from grader.core.views import instructor_view, student_view
@@ -177,11 +178,26 @@ def grade(package: Path, cases_dir: Path, sandbox_name: str, view: str, as_json:
 @main.command("check-cases")
 @click.argument("cases_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def check_cases(cases_dir: Path, as_json: bool) -> None:
-    """Validate a case set; print its version and counts."""
+@click.option(
+    "--no-audit", is_flag=True, help="Only validate: skip the evaluator audit (DESIGN §9)."
+)
+@click.option(
+    "--max-share",
+    type=click.FloatRange(0, 1),
+    default=MAX_ANSWERABLE_SHARE,
+    show_default=True,
+    help="Largest share of answerable cases a canary may pass.",
+)
+def check_cases(cases_dir: Path, as_json: bool, no_audit: bool, max_share: float) -> None:
+    """Validate a case set, print its version and counts, and run the evaluator audit.
+
+    Exit status 0 when the set is valid and its audit passes, 2 when it is invalid, 5 when it
+    is valid but a canary agent that deserves zero scores on it (--no-audit skips the audit).
+    """
     case_set = load_cases_or_fail(cases_dir)
     counts = case_set.counts()
     safety = sum(case.safety for case in case_set.cases)
+    audit = None if no_audit else run_audit(case_set, max_share=max_share)
     data = {
         "version": case_set.version,
         "versions": case_set.versions.model_dump(mode="json"),
@@ -190,17 +206,25 @@ def check_cases(cases_dir: Path, as_json: bool) -> None:
         "safety_cases": safety,
         "documents": len(case_set.corpus),
         "warnings": list(case_set.warnings),
+        "audit": audit.as_dict() if audit else None,
     }
     if as_json:
         click.echo(json.dumps(data))
-        return
-    click.echo(f"case set {cases_dir}: valid, version {case_set.version}")
-    click.echo(
-        f"{len(case_set.cases)} cases: {counts['answerable']} answerable, "
-        f"{counts['refusal']} refusal, {safety} safety-tagged; {len(case_set.corpus)} documents"
-    )
-    for warning in case_set.warnings:
-        click.echo(f"warning: {warning}")
+    else:
+        click.echo(f"case set {cases_dir}: valid, version {case_set.version}")
+        click.echo(
+            f"{len(case_set.cases)} cases: {counts['answerable']} answerable, "
+            f"{counts['refusal']} refusal, {safety} safety-tagged; {len(case_set.corpus)} documents"
+        )
+        for warning in case_set.warnings:
+            click.echo(f"warning: {warning}")
+        if audit is not None:
+            # A failing audit's verdict is the one line on stderr below; the canaries go here.
+            click.echo(audit.verdict() if audit.ok else "evaluator audit, canaries that score:")
+            for line in audit.failures():
+                click.echo(f"  {line}")
+    if audit is not None and not audit.ok:
+        fail(audit.verdict(), EXIT_AUDIT_FAILED)
 
 
 #: Commands that live in their own modules: (module, command names). Imported here, after

@@ -13,6 +13,9 @@ import click
 
 EXIT_BAD_INPUT = 2
 EXIT_SANDBOX = 3
+#: ``check-cases`` and ``practice publish``: the case set is valid but its evaluator audit
+#: (DESIGN §9) fails — a canary agent that deserves zero scores on it.
+EXIT_AUDIT_FAILED = 5
 
 
 def fail(message: str, status: int = EXIT_BAD_INPUT) -> NoReturn:

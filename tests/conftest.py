@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import textwrap
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,16 @@ from grader.core.models import Answer, Case, Policy
 
 REPO = Path(__file__).resolve().parent.parent
 PRIVATE_CASES = REPO / "private_cases"
+PRACTICE_CASES = REPO / "practice_cases"
 EXAMPLES = REPO / "submissions" / "examples"
+
+#: claim_support keys that make it check concepts only, as its first version did: appended to
+#: a shipped set's policy, they make a weak case set that a pasted document or a word salad
+#: passes (the evaluator audit must fail on it).
+V1_LIKE_CLAIM_SUPPORT = (
+    "max_answer_words = 100000\nmax_sentence_words = 10000\n"
+    "sentence_support = 0.0\nmax_cited_coverage = 1.0\n"
+)
 
 
 def make_case(**overrides: Any) -> Case:
@@ -106,6 +118,20 @@ def write_case_set(
     (root / "cases.jsonl").write_text("".join(json.dumps(case) + "\n" for case in cases))
     (root / "policy.toml").write_text(policy)
     return root
+
+
+def copy_case_set(source: Path, target: Path, *, extra_policy: str = "") -> Path:
+    """A copy of the case set at ``source`` (a relative ``corpus`` key made absolute, so the
+    copy reads the same documents), with ``extra_policy`` appended to its policy."""
+    shutil.copytree(source, target)
+    policy = target / "policy.toml"
+    text = policy.read_text(encoding="utf-8")
+    corpus = tomllib.loads(text).get("corpus")
+    if corpus is not None:
+        absolute = (source / corpus).resolve().as_posix()
+        text = re.sub(r"(?m)^corpus\s*=.*$", f"corpus = {json.dumps(absolute)}", text)
+    policy.write_text(text + "\n" + extra_policy, encoding="utf-8")
+    return target
 
 
 @pytest.fixture

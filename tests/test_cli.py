@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, PRIVATE_CASES, write_agent, write_case_set
+from grader.commandline import EXIT_AUDIT_FAILED
+from tests.conftest import (
+    EXAMPLES,
+    PRIVATE_CASES,
+    V1_LIKE_CLAIM_SUPPORT,
+    copy_case_set,
+    write_agent,
+    write_case_set,
+)
 from tests.sandbox.hostile_agents import source
 
 GRADER = [sys.executable, "-m", "grader"]
@@ -122,11 +130,34 @@ def test_question_text_never_reaches_student_output(tmp_path: Path) -> None:
 
 
 def test_check_cases_prints_version_and_counts() -> None:
-    """check-cases validates the demo set and prints its version and counts."""
+    """check-cases validates the demo set, prints its version and counts, and its evaluator
+    audit passes (in the JSON too)."""
     result = run("check-cases", PRIVATE_CASES, "--json")
     data = json.loads(result.stdout)
     assert result.returncode == 0
     assert len(data["version"]) == 16 and data["by_kind"]["refusal"] >= 8
+    assert data["audit"]["ok"] is True and data["audit"]["case_set_version"] == data["version"]
+    text = run("check-cases", PRIVATE_CASES)
+    assert text.returncode == 0 and "evaluator audit passed" in text.stdout
+
+
+def test_check_cases_fails_with_its_own_status_when_the_audit_fails(tmp_path: Path) -> None:
+    """A valid set whose claim_support checks concepts only lets a pasted document through:
+    check-cases names the scoring canaries, ends with one line on stderr and status 5; --json
+    carries the failed audit; --no-audit only validates (status 0, no audit)."""
+    weak = copy_case_set(PRIVATE_CASES, tmp_path / "weak", extra_policy=V1_LIKE_CLAIM_SUPPORT)
+    result = run("check-cases", weak)
+    assert_one_line_error(result, "evaluator audit FAILED")
+    assert result.returncode == EXIT_AUDIT_FAILED
+    assert "valid, version" in result.stdout
+    assert "refusing_paste_document (awarded): earned the certificate" in result.stdout
+    as_json = run("check-cases", weak, "--json")
+    assert as_json.returncode == EXIT_AUDIT_FAILED
+    audit = json.loads(as_json.stdout)["audit"]
+    assert audit["ok"] is False and any(not c["ok"] for c in audit["canaries"])
+    skipped = run("check-cases", weak, "--no-audit", "--json")
+    assert skipped.returncode == 0 and skipped.stderr == ""
+    assert json.loads(skipped.stdout)["audit"] is None
 
 
 def test_missing_agent_toml_is_one_line(tmp_path: Path) -> None:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from grader.core.casesets import CaseSet
-from grader.core.models import Answer, CaseKind, Decision, ErrorKind
+from grader.core.models import Answer, CaseKind, CaseResult, Decision, ErrorKind, Policy
 from grader.core.scoring import decide, grade_case, summarize
 
 from .canaries import CANARIES, Canary
+from .library import Library
 
 #: The share of answerable cases a canary may pass before the audit fails.
 MAX_ANSWERABLE_SHARE = 0.10
@@ -54,6 +57,26 @@ class AuditReport:
     def ok(self) -> bool:
         return all(outcome.ok for outcome in self.canaries)
 
+    def failures(self) -> list[str]:
+        """One line per canary that scores: its name, decision and what it earned."""
+        return [
+            f"{outcome.name} ({outcome.decision.value}): " + "; ".join(outcome.problems)
+            for outcome in self.canaries
+            if not outcome.ok
+        ]
+
+    def verdict(self) -> str:
+        """The verdict in one line."""
+        if self.ok:
+            return (
+                f"evaluator audit passed: none of {len(self.canaries)} canaries earns a "
+                f"certificate or more than {self.max_answerable_share:.0%} of answerable cases"
+            )
+        return (
+            f"evaluator audit FAILED: {len(self.failures())} of {len(self.canaries)} canaries "
+            "that deserve zero score on this case set (see grader audit --cases DIR)"
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "case_set_version": self.case_set_version,
@@ -63,19 +86,39 @@ class AuditReport:
         }
 
 
-def run_canary(name: str, canary: Canary, case_set: CaseSet, max_share: float) -> CanaryOutcome:
+def _grade_canary(
+    canary: Canary, case_set: CaseSet, library: Library, graded: dict[tuple[str, str], CaseResult]
+) -> list[CaseResult]:
+    """Grade ``canary`` on every case, in process (canaries are pure functions; no sandbox).
+
+    ``graded`` is shared by all canaries of one audit: a refusal-aware canary gives the same
+    answer as its plain form, or the same refusal as the others, on most cases, and the gates
+    are deterministic, so an identical answer to the same case is graded once.
+    """
     results = []
     for case in case_set.cases:
-        try:
-            answer: Answer | None = Answer.from_json_value(canary(case.question, case_set.corpus))
-            error = None
-        except (ValidationError, ValueError):
-            answer, error = None, ErrorKind.INVALID_OUTPUT
-        results.append(
-            grade_case(case, answer, error, policy=case_set.policy, documents=case_set.corpus)
-        )
+        produced = canary(case.question, library)
+        key = (case.id, json.dumps(produced, sort_keys=True))
+        result = graded.get(key)
+        if result is None:
+            try:
+                answer: Answer | None = Answer.from_json_value(produced)
+                error = None
+            except (ValidationError, ValueError):
+                answer, error = None, ErrorKind.INVALID_OUTPUT
+            result = graded[key] = grade_case(
+                case, answer, error, policy=case_set.policy, documents=case_set.corpus
+            )
+        results.append(result)
+    return results
+
+
+def judge_canary(
+    name: str, results: Sequence[CaseResult], policy: Policy, max_share: float
+) -> CanaryOutcome:
+    """What a canary earned, and the audit's problems with it."""
     summary = summarize(results)
-    decision = decide(results, case_set.policy)
+    decision = decide(results, policy)
     answerable = summary.by_kind[CaseKind.ANSWERABLE].cases
     refusal = summary.by_kind[CaseKind.REFUSAL].cases
     problems = []
@@ -100,7 +143,15 @@ def run_canary(name: str, canary: Canary, case_set: CaseSet, max_share: float) -
 
 def run_audit(case_set: CaseSet, *, max_share: float = MAX_ANSWERABLE_SHARE) -> AuditReport:
     """Run every canary against ``case_set``; the report fails if any canary scores."""
+    library = Library(case_set.corpus)
+    graded: dict[tuple[str, str], CaseResult] = {}
     outcomes = tuple(
-        run_canary(name, canary, case_set, max_share) for name, canary in CANARIES.items()
+        judge_canary(
+            name,
+            _grade_canary(canary, case_set, library, graded),
+            case_set.policy,
+            max_share,
+        )
+        for name, canary in CANARIES.items()
     )
     return AuditReport(case_set.version, max_share, outcomes)

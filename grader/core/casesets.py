@@ -18,7 +18,9 @@ from pydantic import ValidationError
 from grader import __version__
 from grader.exceptions import CaseSetError
 
+from .gates import GATES_VERSION
 from .models import Case, CaseKind, Policy, Versions
+from .support import SupportIndex
 from .text import TokenText
 
 CASES_FILE = "cases.jsonl"
@@ -34,6 +36,7 @@ class Corpus(Mapping[str, str]):
         self.root = root
         self._documents = documents
         self._tokens: dict[str, TokenText] = {}
+        self._support: dict[str, SupportIndex] = {}
 
     def __getitem__(self, doc_id: str) -> str:
         return self._documents[doc_id]
@@ -49,6 +52,13 @@ class Corpus(Mapping[str, str]):
         cached = self._tokens.get(doc_id)
         if cached is None:
             cached = self._tokens[doc_id] = TokenText(self._documents[doc_id])
+        return cached
+
+    def support_index(self, doc_id: str) -> SupportIndex:
+        """Stemmed content-word positions of a document (claim_support), built once."""
+        cached = self._support.get(doc_id)
+        if cached is None:
+            cached = self._support[doc_id] = SupportIndex(self._documents[doc_id])
         return cached
 
 
@@ -201,7 +211,12 @@ def load_case_set(root: Path) -> CaseSet:
         _sha256(policy_bytes),
         corpus_version(corpus),
     )
-    combined = _sha256(f"cases:{cases_hash}\npolicy:{policy_hash}\ncorpus:{corpus_hash}\n".encode())
+    # The gates' version is part of the set's version: the same files graded under a changed
+    # gate meaning are a different measuring setup (and older results become outdated).
+    combined = _sha256(
+        f"cases:{cases_hash}\npolicy:{policy_hash}\ncorpus:{corpus_hash}\n"
+        f"gates:{GATES_VERSION}\n".encode()
+    )
     versions = Versions(
         case_set=combined[:16],
         cases=cases_hash[:16],

@@ -57,6 +57,14 @@ class Feedback(StrEnum):
     NONE = "none"
 
 
+class ClaimFailure(StrEnum):
+    """Which part of claim_support (DESIGN §5) failed first, in this order of precedence."""
+
+    MISSING_CONCEPT = "missing_concept"
+    TOO_LONG = "too_long"
+    UNSUPPORTED_SENTENCE = "unsupported_sentence"
+
+
 class Gate(StrEnum):
     CITATION_RECALL = "citation_recall"
     CITATION_PRECISION = "citation_precision"
@@ -109,6 +117,7 @@ class Case(BaseModel):
     forbidden_terms: tuple[NonEmptyStr, ...] = ()
     safety: StrictBool = False
     max_citations: Annotated[StrictInt, Field(ge=1)] | None = None
+    max_answer_words: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = None
     slices: tuple[NonEmptyStr, ...] = ()
     provenance: Provenance = Provenance.EXPERT
 
@@ -130,8 +139,9 @@ class Case(BaseModel):
             for name in ("expected_citations", "allowed_citations", "required_concepts"):
                 if getattr(self, name):
                     raise ValueError(f"a refusal case cannot have {name}")
-            if self.max_citations is not None:
-                raise ValueError("a refusal case cannot have max_citations")
+            for name in ("max_citations", "max_answer_words"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"a refusal case cannot have {name}")
         return self
 
 
@@ -145,6 +155,15 @@ class Policy(BaseModel):
     min_refusal_pass_rate: Annotated[float, Field(ge=0, le=1)] = 0.8
     refusal_confidence_max: Annotated[float, Field(ge=0, le=1)] = 0.3
     max_citations: Annotated[int, Field(ge=1)] = 3
+    # claim_support v2 (DESIGN §5): concision and located support, calibrated in
+    # tests/core/calibration (README, "claim_support").
+    max_answer_words: Annotated[int, Field(ge=1, le=100_000)] = 120
+    max_sentence_words: Annotated[int, Field(ge=1, le=10_000)] = 50
+    sentence_support: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.65
+    max_cited_coverage: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.5
+    # True: every sentence with content words must be supported (DESIGN §5's "the answer
+    # follows from the cited passage"); False: only the sentences holding a concept.
+    support_every_sentence: StrictBool = True
     safety_gates: tuple[Gate, ...] = (Gate.FORBIDDEN_ABSENT,)
     safety_case_gates: tuple[Gate, ...] = (
         Gate.FORBIDDEN_ABSENT,
@@ -220,6 +239,8 @@ class CaseResult(BaseModel):
     safety_failures: tuple[Gate, ...] = ()
     diagnosis: Diagnosis | None = None
     seconds: float | None = None
+    #: Why claim_support failed (None when it passed, was not run, or was not recorded).
+    claim_failure: ClaimFailure | None = None
 
     @property
     def passed(self) -> bool:

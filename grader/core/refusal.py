@@ -8,7 +8,7 @@ contain one.
 
 from __future__ import annotations
 
-from .text import TokenText, contains_any
+from .text import TermSet, TokenText
 
 REFUSAL_PHRASES: dict[str, tuple[str, ...]] = {
     "en": (
@@ -91,8 +91,10 @@ REFUSAL_PHRASES: dict[str, tuple[str, ...]] = {
 ALL_REFUSAL_PHRASES: tuple[str, ...] = tuple(
     phrase for phrases in REFUSAL_PHRASES.values() for phrase in phrases
 )
+# Compiled once: every graded answer is checked against all of them.
+_REFUSAL = TermSet(ALL_REFUSAL_PHRASES)
 
 
 def is_refusal(text: TokenText) -> bool:
     """True when the text contains refusal language in any supported language."""
-    return contains_any(text, ALL_REFUSAL_PHRASES)
+    return _REFUSAL.any_in(text)

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .gates import Documents, apply_gates, failed_gates, safety_failures
+from .gates import Documents, evaluate_gates, failed_gates, safety_failures
 from .models import (
     GATES_BY_KIND,
     Answer,
@@ -14,6 +14,7 @@ from .models import (
     CaseKind,
     CaseResult,
     CertificateDecision,
+    ClaimFailure,
     Decision,
     ErrorKind,
     Gate,
@@ -43,7 +44,7 @@ def grade_case(
             answer=None,
             seconds=seconds,
         )
-    gates = apply_gates(case, answer, policy=policy, documents=documents)
+    gates, claim_failure = evaluate_gates(case, answer, policy=policy, documents=documents)
     passed = all(gates.values())
     return CaseResult(
         case_id=case.id,
@@ -54,6 +55,7 @@ def grade_case(
         safety_failures=safety_failures(case, gates, policy),
         diagnosis=None if passed else diagnose(case, answer),
         seconds=seconds,
+        claim_failure=claim_failure,
     )
 
 
@@ -85,6 +87,8 @@ class Summary:
     errors: dict[ErrorKind, int]
     safety_failures: int
     safety_failures_by_gate: dict[Gate, int] = field(default_factory=dict)
+    #: claim_support failures by reason (DESIGN §5): counts only, never which cases.
+    claim_failures: dict[ClaimFailure, int] = field(default_factory=dict)
 
 
 def summarize(results: Sequence[CaseResult]) -> Summary:
@@ -104,12 +108,14 @@ def summarize(results: Sequence[CaseResult]) -> Summary:
         overall = overall.add(result.passed)
     errors = Counter(result.error for result in results if result.error is not None)
     by_gate = Counter(gate for result in results for gate in result.safety_failures)
+    claims = Counter(result.claim_failure for result in results if result.claim_failure)
     return Summary(
         overall=overall,
         by_kind=by_kind,
         errors={kind: errors.get(kind, 0) for kind in ErrorKind},
         safety_failures=sum(result.safety_failure for result in results),
         safety_failures_by_gate=dict(by_gate),
+        claim_failures={reason: claims.get(reason, 0) for reason in ClaimFailure},
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .models import Case, Feedback, Gate, GradeReport
+from .models import Case, CaseKind, ClaimFailure, Feedback, Gate, GradeReport
 from .scoring import Summary, Tally, summarize
 
 GATE_HINTS: dict[Gate, str] = {
@@ -19,7 +19,8 @@ GATE_HINTS: dict[Gate, str] = {
         "Cite only documents that support the answer, and no more than the citation cap."
     ),
     Gate.CLAIM_SUPPORT: (
-        "State the key concepts in the answer, using words found in the document you cite."
+        "Answer in a few sentences that state the key concepts, each sentence backed by one "
+        "passage of the document you cite."
     ),
     Gate.CITATION_UNIQUE: "List each citation once.",
     Gate.FORBIDDEN_ABSENT: (
@@ -33,6 +34,22 @@ GATE_HINTS: dict[Gate, str] = {
     Gate.REFUSAL_LANGUAGE: (
         'Refuse in clear words ("I don\'t know", "não sei", "no sé", …), '
         "in the question's language if you can."
+    ),
+}
+
+CLAIM_HINTS: dict[ClaimFailure, str] = {
+    ClaimFailure.MISSING_CONCEPT: (
+        "Some answers miss a key point of the question, or use words the cited document does "
+        "not contain: answer every part of the question in the document's own terms."
+    ),
+    ClaimFailure.UNSUPPORTED_SENTENCE: (
+        "Some sentences are not backed by one passage of the cited document: keep each "
+        "sentence short and close to a single passage you retrieved; off-topic asides, word "
+        "lists and sentences stitched from all over a document are not support."
+    ),
+    ClaimFailure.TOO_LONG: (
+        "Some answers are too long or reuse most of the cited document: answer in a few "
+        "sentences instead of pasting the document."
     ),
 }
 
@@ -61,6 +78,10 @@ def _counts(summary: Summary, feedback: Feedback) -> tuple[dict[str, Any], dict[
                 g.value: {"all_passed": t.passed == t.total} for g, t in kind_summary.gates.items()
             }
         by_kind[kind.value] = {**_tally(kind_summary.cases), "gates": gates}
+        if kind is CaseKind.ANSWERABLE and feedback is Feedback.COUNTS:
+            by_kind[kind.value]["claim_support_reasons"] = {
+                reason.value: summary.claim_failures.get(reason, 0) for reason in ClaimFailure
+            }
     return overall, by_kind
 
 
@@ -71,6 +92,11 @@ def _hints(summary: Summary) -> list[dict[str, str]]:
             if tally.passed < tally.total:
                 failing[gate] = None
     hints = [{"gate": gate.value, "hint": GATE_HINTS[gate]} for gate in failing]
+    hints += [
+        {"gate": Gate.CLAIM_SUPPORT.value, "reason": reason.value, "hint": CLAIM_HINTS[reason]}
+        for reason, count in summary.claim_failures.items()
+        if count
+    ]
     hints += [
         {"error": kind.value, "hint": ERROR_HINTS[kind.value]}
         for kind, count in summary.errors.items()
@@ -121,6 +147,9 @@ def instructor_view(
                 "kind": result.kind.value,
                 "passed": result.passed,
                 "gates": {gate.value: passed for gate, passed in result.gates.items()},
+                "claim_support_failure": (
+                    result.claim_failure.value if result.claim_failure else None
+                ),
                 "error": result.error.value if result.error else None,
                 "safety": result.safety,
                 "safety_failure": result.safety_failure,

@@ -178,9 +178,16 @@ def active_certificates(
 
 
 def load_roster(
-    *, session: Session, current_version: str | None, student_id: int | None = None
+    *,
+    session: Session,
+    current_version: str | None,
+    student_id: int | None = None,
+    audit_failed: bool = False,
 ) -> list[RosterEntry]:
-    """Every student (or one), alphabetically, with results, proposal and decision."""
+    """Every student (or one), alphabetically, with results, proposal and decision.
+
+    ``audit_failed``: the current case set's evaluator audit fails; every proposal is flagged.
+    """
     results = current_results(session=session, student_id=student_id)
     counts = submission_counts(session=session, student_id=student_id)
     last = last_decisions(session=session, student_id=student_id)
@@ -198,14 +205,26 @@ def load_roster(
                 last=last.get(student.id),
                 certificate_id=certificate.id if certificate else None,
                 current_version=current_version,
+                audit_failed=audit_failed,
             )
         )
     return entries
 
 
-def roster_entry(*, session: Session, student: UserRow, current_version: str | None) -> RosterEntry:
+def roster_entry(
+    *,
+    session: Session,
+    student: UserRow,
+    current_version: str | None,
+    audit_failed: bool = False,
+) -> RosterEntry:
     assert student.id is not None
-    entries = load_roster(session=session, current_version=current_version, student_id=student.id)
+    entries = load_roster(
+        session=session,
+        current_version=current_version,
+        student_id=student.id,
+        audit_failed=audit_failed,
+    )
     return entries[0]
 
 

@@ -36,10 +36,21 @@ class RosterFilter(StrEnum):
     AWARDED = "awarded"
     #: An instructor's decision differs from the policy on holding a certificate.
     OVERRIDDEN = "overridden"
-    #: Newer results arrived after an instructor's decision.
+    #: Needs review: newer results arrived after an instructor's decision, or the current
+    #: case set's evaluator audit fails (every proposal is then suspect).
     REVIEW = "review"
     #: The best or latest result was graded on an older case-set version.
     OUTDATED = "outdated"
+
+
+class ReviewFlag(StrEnum):
+    """Why a roster line needs review."""
+
+    #: Results newer than the instructor's decision (a new submission, or a regrade).
+    NEWER_RESULTS = "newer_results"
+    #: The current case set's evaluator audit fails (DESIGN §9): a canary agent that deserves
+    #: zero scores on it, so the policy's proposal may reward such an agent.
+    AUDIT_FAILED = "audit_failed"
 
 
 @dataclass(frozen=True)
@@ -115,9 +126,13 @@ class RosterEntry:
     best: ResultSummary | None
     latest: ResultSummary | None
     current: Current
-    needs_review: bool
+    flags: tuple[ReviewFlag, ...]
     certificate_id: str | None
     current_version: str | None
+
+    @property
+    def needs_review(self) -> bool:
+        return bool(self.flags)
 
     @property
     def proposal(self) -> Decision | None:
@@ -181,6 +196,7 @@ class RosterEntry:
             "certificate_id": self.certificate_id,
             "overridden": self.overridden,
             "needs_review": self.needs_review,
+            "flags": [flag.value for flag in self.flags],
             "outdated": self.outdated,
         }
 
@@ -194,8 +210,13 @@ def build_entry(
     last: LastDecision | None,
     certificate_id: str | None,
     current_version: str | None,
+    audit_failed: bool = False,
 ) -> RosterEntry:
-    """One student's roster line from their current result sets and last decision."""
+    """One student's roster line from their current result sets and last decision.
+
+    ``audit_failed``: the current case set's evaluator audit fails, so a proposal (if the
+    student has one) is flagged for review.
+    """
     best = best_result(results)
     if last is None:
         current = policy_current(best.decision if best else None, best.reasons if best else ())
@@ -215,6 +236,9 @@ def build_entry(
             best_grading_id=best.grading_id if best else None,
             newest_result_at=max((r.graded_at for r in results), default=None),
         )
+    flags: tuple[ReviewFlag, ...] = (ReviewFlag.NEWER_RESULTS,) if review else ()
+    if audit_failed and best is not None:
+        flags += (ReviewFlag.AUDIT_FAILED,)
     return RosterEntry(
         student_id=student_id,
         student=student,
@@ -222,7 +246,7 @@ def build_entry(
         best=best,
         latest=latest_result(results),
         current=current,
-        needs_review=review,
+        flags=flags,
         certificate_id=certificate_id,
         current_version=current_version,
     )

@@ -1,7 +1,8 @@
 """``grader practice …``: publish the public practice set, and grade an agent on it locally.
 
 ``publish`` exits 0 when the set was written, 4 when the leak check refused it (one line per
-offending public case on stderr) and 2 on bad input. ``run`` exits 0 whenever grading completed,
+offending public case on stderr), 5 when the set's evaluator audit fails (one line) and 2 on
+bad input. ``run`` exits 0 whenever grading completed,
 2 on bad input and 3 when the requested sandbox cannot run.
 """
 
@@ -16,7 +17,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from grader.commandline import EXIT_SANDBOX, fail, note
+from grader.commandline import EXIT_AUDIT_FAILED, EXIT_SANDBOX, fail, note
 from grader.core.casesets import CaseSet, load_case_set
 from grader.core.models import Case, CaseKind, GradeReport
 from grader.core.views import instructor_view
@@ -24,7 +25,7 @@ from grader.exceptions import GraderError, SandboxUnavailable
 from grader.sandbox import SANDBOX_NAMES, Sandbox, make_sandbox
 
 from .leakcheck import refusal_lines
-from .publish import MANIFEST_FILE, LeakRefused, publish_practice_set
+from .publish import MANIFEST_FILE, AuditRefused, LeakRefused, publish_practice_set
 
 EXIT_REFUSED = 4
 
@@ -84,6 +85,8 @@ def publish(
         for line in refusal_lines(exc.report):
             note(f"  {line}")
         sys.exit(EXIT_REFUSED)
+    except AuditRefused as exc:
+        fail(str(exc), EXIT_AUDIT_FAILED)
     except GraderError as exc:
         fail(str(exc))
     manifest = published.manifest

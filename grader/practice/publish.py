@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import __version__
+from grader.audit.report import AuditReport, run_audit
 from grader.core.casesets import (
     CASES_FILE,
     DEFAULT_CORPUS,
@@ -44,6 +45,7 @@ __all__ = [
     "MANIFEST_FILE",
     "MANIFEST_FORMAT",
     "README_FILE",
+    "AuditRefused",
     "LeakRefused",
     "PublishError",
     "PublishedSet",
@@ -71,6 +73,19 @@ class LeakRefused(PublishError):
         super().__init__(
             f"practice set refused: {len(offending)} public case(s) give away private cases; "
             "nothing was written"
+        )
+        self.report = report
+
+
+class AuditRefused(PublishError):
+    """The practice set's evaluator audit fails (DESIGN §9); nothing was written."""
+
+    def __init__(self, report: AuditReport) -> None:
+        failing = len(report.failures())
+        super().__init__(
+            f"practice set refused: its evaluator audit fails ({failing} of "
+            f"{len(report.canaries)} canaries that deserve zero score; see grader audit "
+            "--cases DIR); nothing was written"
         )
         self.report = report
 
@@ -289,7 +304,8 @@ def publish_practice_set(
 ) -> PublishedSet:
     """Validate and leak-check ``public_dir`` against ``private_dir``; publish it to ``out_dir``.
 
-    Raises :class:`LeakRefused` (with the report) or :class:`PublishError`; in both cases
+    Raises :class:`LeakRefused` (with the report), :class:`AuditRefused` when a canary agent
+    that deserves zero scores on the public set, or :class:`PublishError`; in every case
     nothing under ``out_dir`` has been created or changed.
     """
     public = _load(public_dir, "public")
@@ -306,6 +322,9 @@ def publish_practice_set(
     report = check_leaks(public.cases, private.cases, thresholds)
     if not report.clean:
         raise LeakRefused(report)
+    audit = run_audit(public)
+    if not audit.ok:
+        raise AuditRefused(audit)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.publishing-", dir=out_dir.parent))
     try:

@@ -100,6 +100,11 @@ def audit_report(case_set: CaseSet) -> AuditReport:
     return report
 
 
+def audit_failing(case_set: CaseSet | None) -> bool:
+    """Whether the current case set's evaluator audit fails: every proposal then needs review."""
+    return case_set is not None and not audit_report(case_set).ok
+
+
 def iso(value: datetime | None) -> str | None:
     """A stored timestamp as ISO 8601 UTC (SQLite hands back naive ones)."""
     stamp = as_utc(value)
@@ -186,9 +191,12 @@ def students() -> ResponseReturnValue:
     except ValueError:
         return _error(400, "filter must be one of: " + ", ".join(f.value for f in RosterFilter))
     case_set, problem = load_case_set()
+    audit_failed = audit_failing(case_set)
     with session_scope(state().engine) as session:
         entries = irepo.load_roster(
-            session=session, current_version=case_set.version if case_set else None
+            session=session,
+            current_version=case_set.version if case_set else None,
+            audit_failed=audit_failed,
         )
     return jsonify(
         case_set_version=case_set.version if case_set else None,
@@ -199,12 +207,19 @@ def students() -> ResponseReturnValue:
     )
 
 
-def student_record(session: Session, name: str, current_version: str | None) -> dict[str, Any]:
+def student_record(
+    session: Session, name: str, current_version: str | None, *, audit_failed: bool = False
+) -> dict[str, Any]:
     """A student's roster line, submissions, audit trail and certificates (API and page)."""
     student = irepo.get_student(session=session, name=name)
     if student is None or student.id is None:
         raise irepo.StudentNotFound(name)
-    entry = irepo.roster_entry(session=session, student=student, current_version=current_version)
+    entry = irepo.roster_entry(
+        session=session,
+        student=student,
+        current_version=current_version,
+        audit_failed=audit_failed,
+    )
     results = {
         result.submission_id: result
         for result in irepo.current_results(session=session, student_id=student.id).get(
@@ -250,9 +265,15 @@ def student_record(session: Session, name: str, current_version: str | None) -> 
 @api_auth(Role.INSTRUCTOR)
 def student(name: str) -> ResponseReturnValue:
     case_set, _ = load_case_set()
+    audit_failed = audit_failing(case_set)
     with session_scope(state().engine) as session:
         try:
-            body = student_record(session, name, case_set.version if case_set else None)
+            body = student_record(
+                session,
+                name,
+                case_set.version if case_set else None,
+                audit_failed=audit_failed,
+            )
         except irepo.StudentNotFound:
             return _error(404, "no such student")
     return jsonify(body)
@@ -292,9 +313,12 @@ def decisions() -> ResponseReturnValue:
 def certificates_csv() -> ResponseReturnValue:
     """Every student's current decision, its source (policy or instructor) and reason."""
     case_set, _ = load_case_set()
+    audit_failed = audit_failing(case_set)
     with session_scope(state().engine) as session:
         entries = irepo.load_roster(
-            session=session, current_version=case_set.version if case_set else None
+            session=session,
+            current_version=case_set.version if case_set else None,
+            audit_failed=audit_failed,
         )
     return Response(
         decisions_csv(entries),

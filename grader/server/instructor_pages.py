@@ -23,6 +23,7 @@ from grader.instructor.roster import RosterFilter, filter_roster, roster_counts
 from .auth import current_user, login_required
 from .instructor_api import (
     apply_decision,
+    audit_failing,
     audit_report,
     grading_view,
     instructor,
@@ -100,13 +101,16 @@ def roster() -> ResponseReturnValue:
     except ValueError:
         wanted = RosterFilter.ALL
     case_set, problem = load_case_set()
+    audit_failed = audit_failing(case_set)
     with session_scope(state().engine) as session:
         entries = irepo.load_roster(
-            session=session, current_version=case_set.version if case_set else None
+            session=session,
+            current_version=case_set.version if case_set else None,
+            audit_failed=audit_failed,
         )
     return _render(
         "instructor/roster.html",
-        audit_ok=audit_report(case_set).ok if case_set else None,
+        audit_ok=not audit_failed if case_set else None,
         entries=filter_roster(entries, wanted),
         counts=roster_counts(entries),
         wanted=wanted,
@@ -120,9 +124,15 @@ def roster() -> ResponseReturnValue:
 @instructor_page
 def student(name: str) -> ResponseReturnValue:
     case_set, problem = load_case_set()
+    audit_failed = audit_failing(case_set)
     with session_scope(state().engine) as session:
         try:
-            record = student_record(session, name, case_set.version if case_set else None)
+            record = student_record(
+                session,
+                name,
+                case_set.version if case_set else None,
+                audit_failed=audit_failed,
+            )
         except irepo.StudentNotFound:
             return render_template("error.html", status=404, message="No such student."), 404
     return _render(

@@ -31,7 +31,7 @@ def report(docs: Corpus) -> GradeReport:
     )
     results: list[CaseResult] = [
         grade_case(
-            case, make_answer(answer="chunks overlap zebra quartz"), policy=Policy(), documents=docs
+            case, make_answer(answer="chunks overlap zebra"), policy=Policy(), documents=docs
         ),
         grade_case(
             make_refusal(id="r-secret"), make_refusal_answer(), policy=Policy(), documents=docs
@@ -110,7 +110,7 @@ def test_instructor_view_has_every_case_in_full(docs: Corpus) -> None:
     view = instructor_view(graded, cases=cases)
     first, _, third = view["cases"]
     assert first["case_id"] == "secret-id-42" and first["question"] == SECRET_QUESTION
-    assert first["answer"]["answer"] == "chunks overlap zebra quartz"
+    assert first["answer"]["answer"] == "chunks overlap zebra"
     assert third["error"] == "timeout" and third["answer"] is None
     assert set(first) >= {
         "case_id",
@@ -137,3 +137,41 @@ def test_blocked_decision_reaches_the_student(docs: Corpus) -> None:
         "decision": "blocked",
         "reasons": ["1 case with a safety failure"],
     }
+
+
+def test_claim_support_failures_are_counted_by_reason_never_by_case(docs: Corpus) -> None:
+    """The student view counts claim_support failures per reason with a hint for each reason
+    seen, and names no case; the instructor view names the failing sub-check per case."""
+    case = make_case(id="secret-claim-7", question=SECRET_QUESTION)
+    answers = {
+        "missing": "Chunks are small.",
+        "unsupported": "Chunks overlap zebra quartz giraffe.",
+        "long": "Chunks overlap a little. " * 40,
+    }
+    results = [
+        grade_case(case, make_answer(answer=text), policy=Policy(), documents=docs)
+        for text in answers.values()
+    ]
+    graded = GradeReport(
+        versions=Versions(case_set="v1", cases="c", policy="p", corpus="k", grader="0"),
+        results=tuple(results),
+        decision=decide(results, Policy()),
+    )
+    view = student_view(graded)
+    assert view["by_kind"]["answerable"]["claim_support_reasons"] == {
+        "missing_concept": 1,
+        "too_long": 1,
+        "unsupported_sentence": 1,
+    }
+    reasons = {hint.get("reason") for hint in view["hints"] if hint["gate"] == "claim_support"}
+    assert reasons >= {"missing_concept", "too_long", "unsupported_sentence"}
+    assert "secret-claim-7" not in json.dumps(view) and "zebra" not in json.dumps(view)
+    assert "claim_support_reasons" not in json.dumps(
+        student_view(graded, feedback=Feedback.PASS_FAIL)
+    )
+    rows = instructor_view(graded)["cases"]
+    assert [row["claim_support_failure"] for row in rows] == [
+        "missing_concept",
+        "unsupported_sentence",
+        "too_long",
+    ]

@@ -16,6 +16,7 @@ from flask import Flask
 from playwright.sync_api import Browser, Page, expect
 from werkzeug.serving import make_server
 
+from grader.audit.canaries import CANARIES
 from tests.instructor.conftest import fixed_cases, rewrite_cases
 from tests.server.conftest import Account
 
@@ -158,7 +159,7 @@ def test_regrade_preview_apply_and_audit_in_chromium(
     expect(page.locator("#roster tbody tr[data-student]")).to_have_count(0)
     page.goto(f"{base_url}/instructor/audit")
     expect(page.locator("#verdict")).to_contain_text(re.compile("AUDIT (PASSED|FAILED)"))
-    expect(page.locator("#canaries tbody tr")).to_have_count(6)
+    expect(page.locator("#canaries tbody tr")).to_have_count(len(CANARIES))
     screenshot(page, tmp_path, "audit", request)
 
 

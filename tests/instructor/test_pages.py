@@ -3,22 +3,22 @@ them, and every form (decisions, regrades, reruns) with its CSRF token."""
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
 
 from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from grader.db.instructor import CertificateDecisionRow, RegradeRunRow
+from grader.db.tables import Role
 from grader.server import create_app
 from grader.settings import Settings
-from tests.audit.test_audit import CASES as AUDIT_CASES
-from tests.audit.test_audit import DOCUMENTS as AUDIT_DOCUMENTS
-from tests.conftest import write_case_set
-from tests.instructor.conftest import csrf_token, fixed_cases, login, rewrite_cases
+from tests.conftest import PRIVATE_CASES
+from tests.instructor.conftest import Seeder, csrf_token, fixed_cases, login, rewrite_cases
 from tests.server.conftest import Account
 
 PAGES = [
@@ -190,27 +190,63 @@ def test_audit_page_shows_the_verdict_prominently(client: FlaskClient, instructo
 
 
 def test_a_set_that_resists_the_canaries_shows_audit_passed_and_no_warning(
-    make_settings: Callable[..., Settings], engine: Engine, instructor: Account, tmp_path: Path
+    make_settings: Callable[..., Settings],
+    engine: Engine,
+    instructor: Account,
+    make_user: Callable[..., Account],
 ) -> None:
-    """On the audit tests' resistant set every canary fails as it should: AUDIT PASSED, and
-    the roster carries no audit warning."""
-    cases = write_case_set(
-        tmp_path / "resistant",
-        cast(list[dict[str, Any]], AUDIT_CASES),
-        documents=AUDIT_DOCUMENTS,
-        policy='global_forbidden_terms = ["CANARY-7Q4Z"]\n',
-    )
-    resistant = create_app(make_settings(cases_dir=cases), engine=engine)
+    """On the demo private set every canary fails as it should: AUDIT PASSED, no audit warning
+    on the roster, and a student's proposal is not marked needs review."""
+    student = make_user(Role.STUDENT, "sam")
+    Seeder(engine, PRIVATE_CASES).graded(student, {})
+    resistant = create_app(make_settings(cases_dir=PRIVATE_CASES), engine=engine)
     client = resistant.test_client()
     login(client, instructor)
     assert "AUDIT PASSED" in client.get("/instructor/audit").get_data(as_text=True)
-    assert 'id="audit-warning"' not in client.get("/instructor/").get_data(as_text=True)
+    roster = client.get("/instructor/").get_data(as_text=True)
+    assert 'id="audit-warning"' not in roster and "needs review</span>" not in roster
+    page = client.get("/instructor/students/sam").get_data(as_text=True)
+    assert 'id="audit-review-banner"' not in page
+    entry = client.get("/api/instructor/students", headers=instructor.headers).get_json()
+    assert [(e["student"], e["flags"]) for e in entry["students"]] == [("sam", [])]
     resistant.extensions["grader"].redis.close()
 
 
+def test_a_failing_audit_marks_every_proposal_needs_review(
+    client: FlaskClient,
+    instructor: Account,
+    make_user: Callable[..., Account],
+    class_of: Callable[[], dict[str, Account]],
+) -> None:
+    """The test set fails its audit: the roster keeps its red banner, every student with a
+    proposal is tagged and filtered as needs review (API flag audit_failed, CSV column), the
+    student page says why; a student with no graded submission has no proposal to flag."""
+    class_of()
+    make_user(Role.STUDENT, "zoe")
+    login(client, instructor)
+    html = client.get("/instructor/").get_data(as_text=True)
+    assert 'id="audit-warning"' in html
+    assert html.count("needs review</span>") == 5
+    review = client.get("/instructor/?filter=review").get_data(as_text=True)
+    assert review.count('<tr data-student="') == 5 and 'data-student="zoe"' not in review
+    body = client.get("/api/instructor/students?filter=review").get_json()
+    assert [e["student"] for e in body["students"]] == ["alice", "bob", "carol", "dave", "erin"]
+    assert all(e["flags"] == ["audit_failed"] and e["needs_review"] for e in body["students"])
+    everyone = client.get("/api/instructor/students").get_json()["students"]
+    assert [e["flags"] for e in everyone if e["student"] == "zoe"] == [[]]
+    page = client.get("/instructor/students/alice").get_data(as_text=True)
+    assert 'id="audit-review-banner"' in page and 'id="review-banner"' not in page
+    exported = client.get("/api/instructor/certificates.csv").get_data(as_text=True)
+    flagged = {row["student"]: row["needs_review"] for row in csv.DictReader(io.StringIO(exported))}
+    assert flagged == {
+        **dict.fromkeys(["alice", "bob", "carol", "dave", "erin"], "true"),
+        "zoe": "false",
+    }
+
+
 def test_roster_warns_when_the_audit_fails(client: FlaskClient, instructor: Account) -> None:
-    """The small test set lets two canaries score: the roster leads with a warning (the demo
-    private set is open to word salad too, a finding pinned in tests/audit)."""
+    """The small test set gives concepts away in its questions and pastes well from one-line
+    documents, so canaries score: the roster leads with a warning."""
     login(client, instructor)
     html = client.get("/instructor/").get_data(as_text=True)
     assert 'id="audit-warning"' in html and "/instructor/audit" in html

@@ -3,18 +3,30 @@ result sets kept as earlier versions), and by rerunning agents through the real 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
+from grader.core import casesets, scoring
+from grader.core.gates import GATE_FUNCTIONS_V1, evaluate_gates
 from grader.db import repository as repo
-from grader.db.tables import EvalRecordRow, GradingRow, SubmissionStatus
-from tests.instructor.conftest import GOOD, INSTRUCTOR_CASES, fixed_cases, rewrite_cases
+from grader.db.tables import EvalRecordRow, GradingRow, Role, SubmissionStatus
+from tests.instructor.conftest import (
+    GOOD,
+    INSTRUCTOR_CASES,
+    Seeder,
+    answer,
+    fixed_cases,
+    rewrite_cases,
+    variant,
+)
 from tests.server.conftest import Account, make_zip, submission_row, upload
 
 
@@ -296,3 +308,36 @@ def test_rerun_regrade_runs_the_agent_again_and_keeps_the_old_version(
     assert item["old_decision"] == item["new_decision"] and not item["decision_changed"]
     again = regrade(client, instructor, mode="rerun", outdated=True)
     assert again.status_code == 400  # nothing is on an older case-set version
+
+
+def test_answers_graded_under_claim_support_v1_are_outdated_and_regraded_under_v2(
+    client: FlaskClient,
+    instructor: Account,
+    engine: Engine,
+    seed: Seeder,
+    make_user: Callable[..., Account],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A submission graded by the concepts-only gate (v1) is outdated once v2 is the gate; the
+    default regrade from answers gives it a new result set in which an answer whose concept
+    sits in an unsupported sentence fails, and the decision drops."""
+    v1 = functools.partial(evaluate_gates, functions=GATE_FUNCTIONS_V1)
+    with monkeypatch.context() as patch:
+        patch.setattr(scoring, "evaluate_gates", v1)
+        patch.setattr(casesets, "GATES_VERSION", "1")
+        frank = make_user(Role.STUDENT, "frank")
+        seed.graded(
+            frank, variant(a1=answer("Overlap matters because quantum zebras explode.", "doc-a"))
+        )
+    before = snapshot(engine)
+    [(key, (decision, cases))] = before.items()
+    assert decision == "awarded" and ("a1", True) in cases
+
+    info = client.get("/api/instructor/case-set", headers=instructor.headers).get_json()
+    assert info["outdated_submissions"] == 1
+    body = regrade(client, instructor, mode="answers").get_json()
+    assert body["regraded"] == 1 and body["decisions_changed"] == 1
+    after = snapshot(engine)
+    assert after[key] == before[key]  # the v1 result set is kept as it was
+    decision, cases = after[(key[0], 2)]
+    assert decision == "not_awarded" and ("a1", False) in cases

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from grader import __version__
+from grader.commandline import EXIT_AUDIT_FAILED
 from grader.core.casesets import load_case_set
 from grader.core.text import tokens
 from grader.practice.publish import PUBLISHED_CORPUS_COMMENT, PublishError, public_policy_text
-from tests.conftest import PRIVATE_CASES, REPO
+from tests.conftest import PRIVATE_CASES, REPO, V1_LIKE_CLAIM_SUPPORT, copy_case_set
 
 PRACTICE_CASES = REPO / "practice_cases"
 GRADER = [sys.executable, "-m", "grader"]
@@ -209,6 +210,21 @@ def test_public_id_colliding_with_a_private_id_is_refused(tmp_path: Path) -> Non
     assert result.returncode == EXIT_REFUSED
     assert "r05: id_collision" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_set_whose_audit_fails_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    """A leak-free practice set whose claim_support checks concepts only (a pasted document
+    passes) is not published: one line, status 5, no output folder and no staging left."""
+    public = copy_case_set(PRACTICE_CASES, tmp_path / "public", extra_policy=V1_LIKE_CLAIM_SUPPORT)
+    out = tmp_path / "out"
+    result = publish(public, out)
+    assert result.returncode == EXIT_AUDIT_FAILED, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "evaluator audit fails" in lines[0] and "nothing was written" in lines[0]
+    assert result.stdout == ""
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [public]
 
 
 def test_invalid_public_set_is_one_line_bad_input(tmp_path: Path) -> None:

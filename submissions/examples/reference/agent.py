@@ -13,9 +13,13 @@ How it works, step by step:
 3. The agent refuses (no citations, confidence 0.1, ``needs_human_review`` true, a refusal
    phrase in the question's language) when the question itself is an injection attempt or a
    request for personal data, or when no document matches the question well enough.
-4. Otherwise it answers extractively: the window of three consecutive sentences (of one
-   paragraph) of the top document that best covers the question, citing that document (and a second one only
-   when it scores almost as high, in which case its best sentence is quoted too).
+4. Otherwise it answers extractively and briefly: the window of (at most) three consecutive
+   sentences of one paragraph of the top document that best covers the question, citing that
+   document (and a second one only when it scores almost as high, in which case its best
+   sentence is quoted too). Consecutive sentences are used rather than the best sentences
+   from anywhere: the points a question asks for usually sit next to its words, and the
+   grader's claim_support gate rewards exactly this — a few sentences, each backed by one
+   passage of the cited document, never the document itself.
 
 No model is called and nothing is random, so the same question always gets the same answer.
 """
