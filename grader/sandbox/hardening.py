@@ -160,4 +160,3 @@ def seccomp_fd() -> int:
         os.close(fd)
         raise
     return fd
-
