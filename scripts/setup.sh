@@ -13,12 +13,34 @@ if [ "${GRADER_SETUP_SYSTEM:-1}" = "1" ]; then
     # private redis-server per test run.
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+    # The bubblewrap sandbox's seccomp filter is compiled with libseccomp's bindings for the
+    # system Python (grader/sandbox/hardening.py).
+    /usr/bin/python3 -c 'import seccomp' >/dev/null 2>&1 || missing+=(python3-seccomp)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "setup: installing ${missing[*]}" >&2
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
         apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
+    # A root grader runs bubblewrap as this user, never as root (README "Sandboxes").
+    if ! id grader-sandbox >/dev/null 2>&1; then
+        echo "setup: creating the system user grader-sandbox" >&2
+        useradd --system --no-create-home --home-dir /nonexistent \
+            --shell /usr/sbin/nologin --user-group grader-sandbox
+    fi
+    # cgroup v1: a parent group per controller for the per-run groups. With
+    # GRADER_SERVICE_USER set, delegate it to that user so a grader that is not root keeps
+    # hard memory and pids limits. (cgroup v2 delegation is the service manager's job:
+    # systemd's Delegate=yes.) Not persistent: run again after a reboot.
+    for controller in memory pids; do
+        root=/sys/fs/cgroup/$controller
+        [ -w "$root/cgroup.procs" ] || continue
+        mkdir -p "$root/grader"
+        if [ -n "${GRADER_SERVICE_USER:-}" ]; then
+            chown "$GRADER_SERVICE_USER" "$root/grader" "$root/grader/cgroup.procs" \
+                "$root/grader/tasks"
+        fi
+    done
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -33,6 +33,7 @@ from docker.types import LogConfig, Mount, Ulimit
 from grader.exceptions import SandboxFailure, SandboxUnavailable
 from grader.sandbox.base import RUNNER_PATH, AgentProcess, ExitInfo, LaunchSpec, Sandbox
 from grader.sandbox.images import SANDBOX_IMAGE, SANDBOX_UID, docker_client, ensure_usable
+from grader.sandbox.staging import StagedRun, stage, sweep_staged
 
 ROLE_LABEL = "grader.role"
 SUBMISSION_LABEL = "grader.submission"
@@ -85,6 +86,7 @@ class DockerSandbox(Sandbox):
         """
         client = self._connect()
         image_id = ensure_usable(client, self.image)
+        _require_default_seccomp(client)
         if not self.runner_path.is_file():
             raise SandboxUnavailable(f"sandbox runner {self.runner_path} is missing")
         with self._lock:
@@ -97,7 +99,9 @@ class DockerSandbox(Sandbox):
 
     def sweep_orphans(self) -> int:
         """Remove sandbox containers whose grader died (see :func:`remove_orphans`)."""
-        return remove_orphans(self._connect())
+        removed = remove_orphans(self._connect())
+        sweep_staged()  # their staged copies (not counted: no container to report)
+        return removed
 
     def launch(self, spec: LaunchSpec) -> AgentProcess:
         """Create, attach to and start one container for ``spec``."""
@@ -105,8 +109,17 @@ class DockerSandbox(Sandbox):
             self.check()
         assert self.image_id is not None
         client = self._connect()
-        agent_dir = _readable_dir(spec.agent_dir, "agent")
-        corpus_dir = _readable_dir(spec.corpus_dir, "corpus")
+        # Copies under a neutral path: a bind mount shows its source path inside the container.
+        staged = stage(spec, runner=self.runner_path)
+        try:
+            return self._launch(client, spec, staged)
+        except BaseException:
+            staged.remove()
+            raise
+
+    def _launch(
+        self, client: docker.DockerClient, spec: LaunchSpec, staged: StagedRun
+    ) -> AgentProcess:
         limits = spec.limits
         api = client.api
 
@@ -114,6 +127,8 @@ class DockerSandbox(Sandbox):
             network_mode="none",
             read_only=True,
             cap_drop=["ALL"],
+            # No "seccomp=…" option: the engine then applies its default profile, which check()
+            # has confirmed is on (the 20.10 engine takes only "unconfined" or a JSON profile).
             security_opt=["no-new-privileges"],
             mem_limit=f"{limits.memory_mb}m",
             # Equal to mem_limit: no swap, so a memory bomb is OOM-killed instead of thrashing.
@@ -133,9 +148,9 @@ class DockerSandbox(Sandbox):
             mounts=[
                 # Bind mounts (not -v volumes): a missing source is an error, never an
                 # empty folder the engine creates on the host.
-                Mount("/agent", str(agent_dir), type="bind", read_only=True),
-                Mount("/corpus", str(corpus_dir), type="bind", read_only=True),
-                Mount("/grader/runner.py", str(self.runner_path), type="bind", read_only=True),
+                Mount("/agent", str(staged.agent), type="bind", read_only=True),
+                Mount("/corpus", str(staged.corpus), type="bind", read_only=True),
+                Mount("/grader/runner.py", str(staged.runner), type="bind", read_only=True),
             ],
             # No log driver: the engine would otherwise copy everything the agent prints to
             # a file on the host disk for the container's lifetime.
@@ -186,7 +201,7 @@ class DockerSandbox(Sandbox):
                 container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
             sock = _underlying_socket(raw)
-            process = DockerAgentProcess(client, container_id, sock, raw, spec)
+            process = DockerAgentProcess(client, container_id, sock, raw, spec, staged)
             api.start(container_id)
         except (docker.errors.DockerException, OSError, SandboxFailure) as exc:
             _force_remove(client, container_id)
@@ -219,8 +234,10 @@ class DockerAgentProcess(AgentProcess):
         sock: socket.socket,
         keepalive: object,
         spec: LaunchSpec,
+        staged: StagedRun | None = None,
     ) -> None:
         self.container_id = container_id
+        self._staged = staged
         self._client = client
         self._sock = sock
         # The SDK's socket wrapper owns the HTTP response; if it were garbage-collected the
@@ -317,6 +334,8 @@ class DockerAgentProcess(AgentProcess):
                 pass
             self._exit = ExitInfo(returncode=returncode, oom_killed=oom)
             removal_error = _force_remove(self._client, self.container_id)
+            if self._staged is not None and removal_error is None:
+                self._staged.remove()
             self._close_stream()
             _LIVE.discard(self)
             if removal_error is not None:
@@ -497,17 +516,18 @@ def _underlying_socket(raw: object) -> socket.socket:
     return sock
 
 
-def _readable_dir(path: Path, what: str) -> Path:
-    """The absolute folder to bind-mount; it must be world-readable (the agent is not root)."""
-    resolved = path.resolve()
-    if not resolved.is_dir():
-        raise SandboxFailure(f"{what} folder {path} does not exist")
-    if resolved.stat().st_mode & 0o005 != 0o005:
-        raise SandboxFailure(
-            f"{what} folder {path} is not readable by the sandbox user (uid {SANDBOX_UID}); "
-            "extract packages and corpora world-readable (o+rX)"
+def _require_default_seccomp(client: docker.DockerClient) -> None:
+    """Refuse an engine that would start the sandbox without its default seccomp profile."""
+    try:
+        options = [str(option) for option in client.info().get("SecurityOptions") or []]
+    except docker.errors.DockerException as exc:
+        raise SandboxUnavailable(f"Docker engine not reachable ({_one_line(exc)[:120]})") from None
+    seccomp = [option for option in options if option.startswith("name=seccomp")]
+    if not seccomp or any("profile=unconfined" in option for option in seccomp):
+        raise SandboxUnavailable(
+            "the Docker engine runs containers without a seccomp profile; start dockerd "
+            "without --seccomp-profile=unconfined on a kernel with seccomp"
         )
-    return resolved
 
 
 def _one_line(value: object) -> str:

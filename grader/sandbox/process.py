@@ -4,10 +4,12 @@
 with ``select`` so deadlines hold, stderr is drained by a thread into a capped tail, and
 ``terminate`` kills the whole process group and the run's cgroups.
 
-Resource limits: when the grader runs as root on a host with writable cgroup v1 ``memory`` and
-``pids`` controllers (as on the course servers), each run gets its own cgroups — a hard memory
-limit with OOM detection and a process-count limit that also binds root. Elsewhere (a student's
-laptop) the limits fall back to rlimits: address space and process count of the user.
+Resource limits: when the grader may create groups under ``/sys/fs/cgroup/{memory,pids}/grader``
+on a cgroup v1 host (it is root, or ``scripts/setup.sh`` delegated that subtree to the service
+user by ``chown``), each run gets its own cgroups — a hard memory limit with OOM detection and a
+process-count limit that also binds root. The child joins them before it drops privileges.
+Elsewhere (a student's laptop, a cgroup-v2-only host) the limits fall back to rlimits: address
+space and process count of the user.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from pathlib import Path
 from grader.exceptions import SandboxFailure
 
 from .base import AgentProcess, ExitInfo, LaunchSpec
+from .hardening import SandboxUser
+from .staging import StagedRun
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "grader"
@@ -41,8 +45,6 @@ class RunCgroups:
 
     @classmethod
     def create(cls, label: str, memory_mb: int, pids: int) -> RunCgroups:
-        if os.geteuid() != 0:
-            return cls({})
         name = f"{safe_label(label)}-{secrets.token_hex(4)}"
         paths: dict[str, Path] = {}
         settings = {
@@ -64,7 +66,7 @@ class RunCgroups:
                     if (path / key).exists():
                         with contextlib.suppress(OSError):
                             (path / key).write_text(value)
-            except OSError:
+            except OSError:  # not root and not delegated: rlimits stand in
                 continue
             paths[controller] = path
         return cls(paths)
@@ -120,11 +122,13 @@ def safe_label(label: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in label)[:40] or "run"
 
 
-def _child_setup(cgroups: RunCgroups, spec: LaunchSpec) -> Callable[[], None]:
+def _child_setup(
+    cgroups: RunCgroups, spec: LaunchSpec, run_as: SandboxUser | None
+) -> Callable[[], None]:
     limits = spec.limits
 
     def setup() -> None:
-        cgroups.join()
+        cgroups.join()  # first: joining a root-owned group needs the grader's privileges
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         tmp_bytes = limits.tmp_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (tmp_bytes, tmp_bytes))
@@ -132,16 +136,33 @@ def _child_setup(cgroups: RunCgroups, spec: LaunchSpec) -> Callable[[], None]:
             # Address space is a coarse stand-in for memory, but it stops a memory bomb.
             address_space = limits.memory_mb * 1024 * 1024 * 2
             resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-        if not cgroups.limits_pids and os.geteuid() != 0:
+        if not cgroups.limits_pids and (os.geteuid() != 0 or run_as is not None):
+            # Counts every process of the user, so concurrent runs share it: a fallback only.
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.pids, limits.pids))
+        if run_as is not None:
+            run_as.drop()
 
     return setup
 
 
 class ProcessAgent(AgentProcess):
-    """An AgentProcess over a local child process started in its own session."""
+    """An AgentProcess over a local child process started in its own session.
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str], spec: LaunchSpec) -> None:
+    ``run_as`` is the user the child becomes before it runs ``argv``; ``pass_fds`` stay open in
+    the child (and are closed here once it started); ``staged`` is removed when the run ends.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: dict[str, str],
+        spec: LaunchSpec,
+        *,
+        run_as: SandboxUser | None = None,
+        pass_fds: Sequence[int] = (),
+        staged: StagedRun | None = None,
+    ) -> None:
+        self._staged = staged
         self._cgroups = RunCgroups.create(spec.label, spec.limits.memory_mb, spec.limits.pids)
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
@@ -157,11 +178,18 @@ class ProcessAgent(AgentProcess):
                 env=env,
                 cwd="/",
                 start_new_session=True,
-                preexec_fn=_child_setup(self._cgroups, spec),
+                pass_fds=tuple(pass_fds),
+                preexec_fn=_child_setup(self._cgroups, spec, run_as),
             )
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
             self._cgroups.remove()
-            raise SandboxFailure(f"could not start the sandbox: {exc.strerror}") from None
+            if staged is not None:
+                staged.remove()
+            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+            raise SandboxFailure(f"could not start the sandbox: {reason}") from None
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
         assert self._popen.stdout is not None and self._popen.stderr is not None
         self._stdout_fd = self._popen.stdout.fileno()
         os.set_blocking(self._stdout_fd, False)
@@ -214,6 +242,8 @@ class ProcessAgent(AgentProcess):
                     stream.close()
         self._drain.join(timeout=2)
         self._cgroups.remove()
+        if self._staged is not None:
+            self._staged.remove()
         self._exit = ExitInfo(returncode=returncode, oom_killed=oom)
         return self._exit
 

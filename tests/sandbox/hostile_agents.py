@@ -8,7 +8,14 @@ nothing escapes, and that no question fragment reaches anything a student can se
 from __future__ import annotations
 
 PRELUDE = """
-import json, os, signal, socket, sys, time
+import ctypes, errno, json, os, signal, socket, subprocess, sys, time
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+def syscall(number, *args):
+    # A raw system call; returns the errno name it failed with, or "ok".
+    result = LIBC.syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in args])
+    return "ok" if result >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
 
 def honest(question):
     if "score" in question:
@@ -244,6 +251,158 @@ def hostile(question):
     time.sleep(0.5)
     return honest(question)
 """,
+    # --- the kernel: each reports what it managed, and how each attempt failed -----------
+    "proc_sys_writes": """
+TARGETS = {
+    "/proc/sys/kernel/core_pattern": "|/agent/agent.py %p",
+    "/proc/sys/kernel/pid_max": "31337",
+    "/proc/sys/kernel/printk_ratelimit_burst": "97",
+    "/proc/sys/vm/drop_caches": "3",
+    "/proc/sysrq-trigger": "h",
+    "/sys/kernel/mm/transparent_hugepage/enabled": "never",
+    "/sys/fs/cgroup/pids/pids.max": "1",
+}
+
+def hostile(question):
+    managed, failures = [], []
+    for path, value in TARGETS.items():
+        try:
+            with open(path, "w") as handle:
+                handle.write(value)
+            managed.append(path)
+        except OSError as exc:
+            failures.append(f"{path}:{errno.errorcode.get(exc.errno, '?')}")
+    result = honest(question)
+    result["answer"] += " failures=" + ",".join(failures)
+    result["answer"] += " managed=" + ",".join(managed or ["nothing"])
+    return result
+""",
+    "nested_namespaces": """
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x20000, 0x10000000, 0x40000000
+
+def hostile(question):
+    managed, failures = [], []
+    for name, flags in (("user", CLONE_NEWUSER), ("user+mount", CLONE_NEWUSER | CLONE_NEWNS),
+                        ("net", CLONE_NEWNET), ("mount", CLONE_NEWNS)):
+        if LIBC.unshare(flags) == 0:
+            managed.append("unshare-" + name)
+        else:
+            failures.append(f"unshare-{name}:{errno.errorcode.get(ctypes.get_errno(), '?')}")
+    for argv in (["unshare", "-U", "-r", "true"], ["unshare", "-U", "true"]):
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=3)
+            (managed if done.returncode == 0 else failures).append(" ".join(argv))
+        except (OSError, subprocess.TimeoutExpired):
+            failures.append(" ".join(argv) + ":missing")
+    os.makedirs("/tmp/mnt", exist_ok=True)
+    for what, call in (
+        ("mount-tmpfs", lambda: LIBC.mount(b"none", b"/tmp/mnt", b"tmpfs", 0, None)),
+        ("bind-root", lambda: LIBC.mount(b"/", b"/tmp/mnt", None, 0x1000, None)),
+        ("remount-agent-rw", lambda: LIBC.mount(None, b"/agent", None, 0x20 | 0x1000, None)),
+        ("umount-proc", lambda: LIBC.umount2(b"/proc", 2)),
+    ):
+        if call() == 0:
+            managed.append(what)
+        else:
+            failures.append(f"{what}:{errno.errorcode.get(ctypes.get_errno(), '?')}")
+    result = honest(question)
+    result["answer"] += " failures=" + ",".join(failures)
+    result["answer"] += " managed=" + ",".join(managed or ["nothing"])
+    return result
+""",
+    "kernel_interfaces": """
+# x86_64 numbers: keyctl 250, add_key 248, request_key 249, bpf 321, perf_event_open 298,
+# init_module 175, kexec_load 246.
+def hostile(question):
+    attempts = {
+        "keyctl": syscall(250, 1, 0),  # KEYCTL_JOIN_SESSION_KEYRING, anonymous
+        "add_key": syscall(248, ctypes.addressof(ctypes.create_string_buffer(b"user")),
+                           ctypes.addressof(ctypes.create_string_buffer(b"k")), 0, 0, -2),
+        "request_key": syscall(249, ctypes.addressof(ctypes.create_string_buffer(b"user")),
+                               ctypes.addressof(ctypes.create_string_buffer(b"k")), 0, 0),
+        "bpf": syscall(321, 0, ctypes.addressof(ctypes.create_string_buffer(72)), 72),
+        "perf_event_open": syscall(298, ctypes.addressof(ctypes.create_string_buffer(128)),
+                                   0, -1, -1, 0),
+        "init_module": syscall(175, 0, 0, 0),
+        "kexec_load": syscall(246, 0, 0, 0, 0),
+    }
+    managed = [name for name, outcome in attempts.items() if outcome == "ok"]
+    failures = [f"{name}:{outcome}" for name, outcome in attempts.items() if outcome != "ok"]
+    result = honest(question)
+    result["answer"] += " failures=" + ",".join(failures)
+    result["answer"] += " managed=" + ",".join(managed or ["nothing"])
+    return result
+""",
+    "ptrace_others": """
+PTRACE_SEIZE = 0x4206
+
+def hostile(question):
+    # Every process this one can see that is not itself: bwrap's init or docker-init, and
+    # anything else the pid namespace lets through. SEIZE traces without stopping the target.
+    traced, failures = [], []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        if LIBC.ptrace(PTRACE_SEIZE, pid, 0, 0) == 0:
+            try:
+                traced.append(open(f"/proc/{pid}/comm").read().strip())
+            except OSError:
+                traced.append(str(pid))
+        else:
+            failures.append(f"{pid}:{errno.errorcode.get(ctypes.get_errno(), '?')}")
+    result = honest(question)
+    result["answer"] += " failures=" + ",".join(failures)
+    result["answer"] += " traced=" + ",".join(traced or ["nothing"])
+    return result
+""",
+    "mountinfo_paths": """
+def hostile(question):
+    seen = []
+    for path in ("/proc/self/mountinfo", "/proc/self/cgroup", "/proc/1/cmdline",
+                 "/proc/self/environ"):
+        try:
+            seen.append(open(path, "rb").read().decode("utf-8", "replace"))
+        except OSError:
+            pass
+    result = honest(question)
+    result["answer"] += " report=" + json.dumps(seen)
+    return result
+""",
+    "setuid_binaries": """
+SETUID = ("su", "passwd", "newgrp", "chsh", "chfn", "gpasswd", "mount", "umount")
+
+def hostile(question):
+    # Start each set-uid binary, keep it waiting on its stdin for the host to look at, and
+    # read its effective uid from /proc while it waits.
+    children, rooted = [], []
+    for name in SETUID:
+        path = "/usr/bin/" + name
+        if not os.path.exists(path):
+            continue
+        try:
+            children.append((name, subprocess.Popen([path], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+        except OSError:
+            pass
+    time.sleep(1.5)
+    started = []
+    for name, child in children:
+        try:
+            for line in open(f"/proc/{child.pid}/status"):
+                if line.startswith("Uid:"):
+                    started.append(name)
+                    if "0" in line.split()[1:]:
+                        rooted.append(name)
+        except OSError:
+            pass
+        child.kill()
+        child.wait()
+    result = honest(question)
+    result["answer"] += " started=" + ",".join(started or ["nothing"])
+    result["answer"] += " managed=" + ",".join(rooted or ["nothing"])
+    return result
+""",
 }
 
 #: The error kind each agent's hostile case must end in (None: answered, and graded normally).
@@ -271,6 +430,12 @@ EXPECTED_ERROR: dict[str, str | tuple[str | None, ...] | None] = {
     "write_everywhere": None,
     # Killing PID 1 either fails (Docker's init is root's) or ends this sandbox.
     "kill_pid_1": (None, "crashed"),
+    "proc_sys_writes": None,
+    "nested_namespaces": None,
+    "kernel_interfaces": None,
+    "ptrace_others": None,
+    "mountinfo_paths": None,
+    "setuid_binaries": None,
 }
 
 

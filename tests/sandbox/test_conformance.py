@@ -3,13 +3,18 @@
 Each hostile agent misbehaves on the first question only. For each one and each sandbox the
 test checks: the hostile case ends in the expected error kind (or is graded normally), the other
 cases are still graded, nothing escaped (network, files, processes, containers), and no
-fragment of any hidden question reaches the student view.
+fragment of any hidden question reaches the student view. From the host it also checks, for
+every run, that no process of the sandbox is root on the host and that host kernel settings
+(``/proc/sys``, ``/sys``) are unchanged.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,8 +25,17 @@ from grader.core.casesets import CaseSet, load_case_set
 from grader.core.views import student_view
 from grader.grading import grade_agent
 from grader.sandbox import Sandbox, make_sandbox
+from grader.sandbox.hardening import SANDBOX_USER
+from grader.sandbox.images import SANDBOX_UID
 from grader.sandbox.process import CGROUP_PARENT, CGROUP_ROOT, safe_label
-from tests.conftest import write_agent, write_case_set
+from grader.sandbox.staging import staging_root
+from tests.conftest import REPO, write_agent, write_case_set
+from tests.sandbox.host_watch import (
+    SandboxWatch,
+    SeenProcess,
+    host_settings,
+    restore_host_settings,
+)
 from tests.sandbox.hostile_agents import AGENTS, EXPECTED_ERROR, source
 
 SECRET_FRAGMENTS = ("heron", "falcon", "osprey", "zq-", "417", "228", "993", "hostile")
@@ -132,12 +146,27 @@ def run_label(request: pytest.FixtureRequest) -> Iterator[str]:
     runner process may have appeared and survived (others' runs may be going on meanwhile)."""
     label = f"conformance-{request.node.callspec.id}"
     before = runner_processes()
+    staged_before = set(staging_root().iterdir())
     yield label
     # Killed processes may take a moment to be reaped on a loaded machine.
     survivors = wait_until_gone(lambda: runner_processes() - before, seconds=10)
     assert survivors == set(), "a sandboxed process outlived its run"
     assert leftover_containers(label) == [], "a sandbox container was left behind"
     assert leftover_cgroups(safe_label(label)) == [], "a run's cgroup was left behind"
+    assert set(staging_root().iterdir()) <= staged_before, "a run's staged copy was left behind"
+
+
+def expected_host_uid(sandbox: str) -> int:
+    """The host uid every process of a sandbox must have: never 0."""
+    if sandbox == "docker":
+        return SANDBOX_UID
+    return pwd.getpwnam(SANDBOX_USER).pw_uid if os.geteuid() == 0 else os.geteuid()
+
+
+def field(answer: str, name: str) -> list[str]:
+    """The comma-separated values an agent reported as `` name=a,b`` in its answer."""
+    value = answer.rsplit(f" {name}=", 1)[1].split(" ", 1)[0]
+    return [] if value == "nothing" else value.split(",")
 
 
 @pytest.mark.parametrize("agent_name", sorted(AGENTS))
@@ -149,14 +178,20 @@ def test_hostile_agent_is_contained(
     agent_before = snapshot(agent_dir)
     corpus_before = snapshot(case_set.corpus.root)
 
-    report = grade_agent(
-        agent_dir,
-        entrypoint="agent:answer",
-        setup=None,
-        case_set=case_set,
-        sandbox=sandbox,
-        label=run_label,
-    )
+    settings_before = host_settings()
+    try:
+        with SandboxWatch(sandbox.name, run_label) as watch:
+            report = grade_agent(
+                agent_dir,
+                entrypoint="agent:answer",
+                setup=None,
+                case_set=case_set,
+                sandbox=sandbox,
+                label=run_label,
+            )
+    finally:
+        changed = restore_host_settings(settings_before)
+    assert changed == [], f"the agent changed host kernel settings {changed}"
     results = {result.case_id: result for result in report.results}
 
     expected = EXPECTED_ERROR[agent_name]
@@ -175,9 +210,43 @@ def test_hostile_agent_is_contained(
     if agent_name == "disk_fill":
         assert int(answer.rsplit("wrote=", 1)[1].removesuffix("MB")) <= 64
 
+    assert "managed=" not in answer or answer.endswith("managed=nothing"), answer
+    if agent_name == "mountinfo_paths":
+        report_text = answer.split(" report=", 1)[1]
+        host_paths = (tmp_path, case_set.root, REPO, Path(sys.prefix), Path(__file__).parent)
+        for path in host_paths:
+            assert str(path) not in report_text, f"the sandbox shows the host path {path}"
+        assert "pytest" not in report_text and run_label not in report_text, report_text
+    check_from_host(agent_name, sandbox.name, answer, list(watch.seen.values()))
+
     assert snapshot(agent_dir) == agent_before, "the agent folder was written to"
     assert snapshot(case_set.corpus.root) == corpus_before, "the corpus was written to"
 
     seen = json.dumps(student_view(report)).lower()
     for fragment in SECRET_FRAGMENTS:
         assert fragment not in seen, f"{fragment!r} reached the student view"
+
+
+def check_from_host(agent: str, sandbox: str, answer: str, seen: list[SeenProcess]) -> None:
+    """What the host saw of the run's processes: none is root, and the agent's claims hold."""
+    assert any("/grader/runner.py" in process.cmdline for process in seen), (
+        f"the host never saw the runner: {seen}"
+    )
+    if agent == "setuid_binaries":
+        assert "su" in field(answer, "started"), answer
+        assert any(process.comm == "su" for process in seen), "the host never saw su run"
+    if agent == "kernel_interfaces":
+        # EPERM from the seccomp filter (bwrap's own, Docker's default profile), not EINVAL.
+        failures = dict(item.split(":") for item in field(answer, "failures"))
+        assert set(failures.values()) == {"EPERM"}, failures
+    if agent == "ptrace_others":
+        traced = field(answer, "traced")
+        if sandbox == "bwrap":
+            assert traced == [], traced
+            assert {item.split(":")[1] for item in field(answer, "failures")} == {"EPERM"}
+        # Whatever it traced was inside its own sandbox (Docker's init), as the host saw.
+        assert set(traced) <= {process.comm for process in seen}, (traced, seen)
+    host_uid = expected_host_uid(sandbox)
+    for process in seen:
+        assert 0 not in process.uids, f"a sandboxed process is root on the host: {process}"
+        assert set(process.uids) == {host_uid}, f"unexpected host uid: {process}"

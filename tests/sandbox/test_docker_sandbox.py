@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -246,20 +247,22 @@ def answer(question):
             "tmp": attempt(write("/tmp/notes.txt")),
             "tmp_exec": attempt(run_tmp_script),
             "tmp_fill": attempt(fill_tmp),
-            "docker_sock": os.path.exists("/var/run/docker.sock") or os.path.exists("/run/docker.sock")}
+            "docker_sock": os.path.exists("/var/run/docker.sock") or os.path.exists("/run/docker.sock"),
+            "ro_mounts": sorted(line.split()[1] for line in open("/proc/self/mounts")
+                                if "ro" in line.split()[3].split(","))}
 """
     spec = make_spec(body, limits=Limits(tmp_mb=8))
-    # World-writable on the host, so only the read-only mounts can stop the writes.
-    for folder in (spec.agent_dir, spec.corpus_dir):
-        folder.chmod(0o777)
-        for path in folder.iterdir():
-            path.chmod(0o666)
     driver = launch(spec)
     driver.ready()
     report = driver.ask("write")
     # /var/tmp is world-writable in the image: only the read-only root stops that write.
-    for key in ("var_tmp", "agent", "agent_code", "corpus"):
+    for key in ("var_tmp", "agent"):
         assert report[key] == "EROFS", (key, report[key])
+    # The staged copies of existing files are the grader's, 0644: permissions stop the write
+    # first, and the mounts under them are read-only as well.
+    for key in ("agent_code", "corpus"):
+        assert report[key] in ("EROFS", "EACCES"), (key, report[key])
+    assert {"/", "/agent", "/corpus", "/grader/runner.py"} <= set(report["ro_mounts"])
     for key in ("root", "usr", "etc_passwd", "runner"):
         assert report[key] in ("EROFS", "EACCES"), (key, report[key])
     assert report["tmp"] == "ok"
@@ -439,12 +442,25 @@ def test_check_reports_missing_image_with_fix() -> None:
 
 
 @pytest.mark.docker
-def test_unreadable_agent_folder_is_an_infrastructure_error(
-    make_spec: MakeSpec, docker_sandbox: DockerSandbox
+def test_private_agent_folder_is_staged_readable(
+    make_spec: MakeSpec, launch: Callable[[LaunchSpec], Driver]
 ) -> None:
+    """A grader-private (0700) agent folder still runs: the container gets a readable copy."""
     spec = make_spec(ECHO)
     spec.agent_dir.chmod(0o700)
-    with pytest.raises(SandboxFailure, match="not readable by the sandbox user"):
+    driver = launch(spec)
+    driver.ready()
+    assert driver.ask("ping")["answer"] == "ping"
+
+
+@pytest.mark.docker
+def test_missing_agent_folder_is_an_infrastructure_error(
+    make_spec: MakeSpec, docker_sandbox: DockerSandbox
+) -> None:
+    """A launch whose agent folder vanished fails as a SandboxFailure naming it."""
+    spec = make_spec(ECHO)
+    shutil.rmtree(spec.agent_dir)
+    with pytest.raises(SandboxFailure, match=r"agent folder .* does not exist"):
         docker_sandbox.launch(spec)
 
 

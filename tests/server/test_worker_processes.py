@@ -169,9 +169,16 @@ def test_restarted_worker_takes_over_an_abandoned_submission(
         timeout=30,
         message=f"the job never started:\n{first.output()}",
     )
+    uses_cgroups = os.geteuid() == 0 and (CGROUP_ROOT / "memory" / "cgroup.procs").exists()
+    if uses_cgroups:  # RUNNING comes before the sandbox starts: wait for the run itself
+        wait_for(
+            lambda: bool(run_cgroups_of(first.process.pid)),
+            timeout=30,
+            message=f"the run never got its cgroup:\n{first.output()}",
+        )
     os.kill(first.process.pid, signal.SIGKILL)
     first.process.wait(timeout=10)
-    if os.geteuid() == 0 and (CGROUP_ROOT / "memory" / "cgroup.procs").exists():
+    if uses_cgroups:
         assert run_cgroups_of(first.process.pid), "the run had no cgroup to leave behind"
     second = start_worker(processes, settings, "worker-b")
     wait_for(
