@@ -64,7 +64,7 @@ def slice_summary(report: GradeReport, cases: Mapping[str, Case]) -> dict[str, d
     return {name: tallies[name].as_dict() for name in sorted(tallies)}
 
 
-def submission_detail(
+def grading_detail(
     report: GradeReport, *, cases: Mapping[str, Case], current_version: str | None
 ) -> dict[str, Any]:
     """The instructor view (DESIGN §11) plus summaries and the case-set version check."""
