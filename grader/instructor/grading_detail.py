@@ -75,4 +75,12 @@ def grading_detail(
     view["outdated"] = current_version is not None and report.versions.case_set != current_version
     for row in view["cases"]:
         row["in_current_set"] = row["case_id"] in cases
+    if view.get("retrieval"):
+        view["retrieval"] = retrieval_summary(view["retrieval"])
     return view
+
+
+def retrieval_summary(means: Mapping[str, float]) -> dict[str, float | int]:
+    """The stored retrieval means with ``cases`` (how many cases reported a ranking) as the
+    count it is: stored beside the means as a float, it read "cases 17.00" on the page."""
+    return {name: int(value) if name == "cases" else value for name, value in means.items()}

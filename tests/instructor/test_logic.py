@@ -35,7 +35,7 @@ from grader.instructor.decisions import (
     next_state,
     parse_action,
 )
-from grader.instructor.grading_detail import slice_summary
+from grader.instructor.grading_detail import retrieval_summary, slice_summary
 from grader.instructor.rescoring import RecordedCase, changed_cases, regrade_report
 from grader.instructor.roster import (
     LastDecision,
@@ -350,3 +350,11 @@ def test_slice_summary_counts_cases_and_failed_gates(tmp_path: Path) -> None:
         "errors": 0,
         "failed_gates": {},
     }
+
+
+def test_retrieval_summary_keeps_the_case_count_an_integer() -> None:
+    """The number of cases behind the retrieval means is an int (shown "cases 17", not
+    "cases 17.00"); the means stay floats."""
+    summary = retrieval_summary({"recall@5": 0.5, "mrr": 0.25, "cases": 17.0})
+    assert summary == {"recall@5": 0.5, "mrr": 0.25, "cases": 17}
+    assert isinstance(summary["cases"], int) and isinstance(summary["mrr"], float)
