@@ -223,26 +223,6 @@ def grading_view(
 # Regrades
 
 
-def regrade_answers(
-    *,
-    session: Session,
-    case_set: CaseSet,
-    actor: UserRow,
-    submission_ids: list[str] | None,
-    dry_run: bool,
-    include_up_to_date: bool,
-) -> regrades.RegradeResult:
-    """Regrade from recorded answers (see :func:`.regrades.regrade_from_answers`)."""
-    return regrades.regrade_from_answers(
-        session=session,
-        case_set=case_set,
-        actor=actor,
-        submission_ids=submission_ids,
-        include_up_to_date=include_up_to_date,
-        dry_run=dry_run,
-    )
-
-
 def plan_rerun(
     *,
     session: Session,

@@ -25,19 +25,20 @@ from grader.exceptions import GraderError
 from grader.instructor import console
 from grader.instructor.console import CaseSetUnavailable, SubmissionNotFound
 from grader.instructor.decisions import InvalidTransition
-from grader.instructor.regrades import RegradeMode, get_run, list_runs
+from grader.instructor.regrades import RegradeMode, get_run, list_runs, regrade_from_answers
 from grader.instructor.roster import RosterFilter, filter_roster, roster_counts
-from grader.instructor.students import StudentNotFound, load_roster
+from grader.instructor.students import StudentNotFound
 
 from . import shapes
 from .auth import api_auth
 from .instructor_context import (
-    audit_failing,
     certificate_url,
-    certificate_urls,
+    current,
     enqueue_rerun,
     instructor,
     load_case_set,
+    roster_now,
+    student_json,
 )
 from .state import state
 
@@ -58,12 +59,6 @@ def domain_error(exc: GraderError) -> ResponseReturnValue:
     return jsonify(error=str(exc)), status
 
 
-def _current() -> tuple[str | None, bool]:
-    """The current case-set version (None when it cannot be loaded) and the audit verdict."""
-    case_set, _ = load_case_set()
-    return (case_set.version if case_set else None), audit_failing(case_set)
-
-
 # --------------------------------------------------------------------------------------------
 # Roster and decisions
 
@@ -77,17 +72,11 @@ def students() -> ResponseReturnValue:
     except ValueError:
         choices = ", ".join(f.value for f in RosterFilter)
         return jsonify(error=f"filter must be one of: {choices}"), 400
-    case_set, problem = load_case_set()
-    audit_failed = audit_failing(case_set)
-    with session_scope(state().engine) as session:
-        entries = load_roster(
-            session=session,
-            current_version=case_set.version if case_set else None,
-            audit_failed=audit_failed,
-        )
+    now = current()
+    entries = roster_now(now)
     return jsonify(
-        case_set_version=case_set.version if case_set else None,
-        case_set_error=problem,
+        case_set_version=now.version,
+        case_set_error=now.problem,
         counts={f.value: n for f, n in roster_counts(entries).items()},
         filter=wanted.value,
         students=[entry.as_dict() for entry in filter_roster(entries, wanted)],
@@ -97,13 +86,7 @@ def students() -> ResponseReturnValue:
 @bp.get("/students/<name>")
 @api_auth(Role.INSTRUCTOR)
 def student(name: str) -> ResponseReturnValue:
-    version, audit_failed = _current()
-    with session_scope(state().engine) as session:
-        record = console.student_record(
-            session=session, name=name, current_version=version, audit_failed=audit_failed
-        )
-    urls = certificate_urls(row.id for row in record.certificates)
-    return jsonify(shapes.student_record(record, version, urls))
+    return jsonify(student_json(name, current()))
 
 
 @bp.post("/certificates")
@@ -113,7 +96,7 @@ def decide() -> ResponseReturnValue:
     data = request.get_json(silent=True)
     if not isinstance(data, dict):
         return jsonify(error='send JSON: {"student": ..., "decision": ..., "reason": ...}'), 400
-    version, _ = _current()
+    case_set, _ = load_case_set()
     with session_scope(state().engine) as session:
         outcome = console.decide(
             session=session,
@@ -121,7 +104,7 @@ def decide() -> ResponseReturnValue:
             student=data.get("student"),
             action=data.get("decision"),
             reason=data.get("reason"),
-            current_version=version,
+            current_version=case_set.version if case_set else None,
         )
         url = certificate_url(outcome.certificate.id) if outcome.certificate else None
         body = shapes.decision(outcome, url)
@@ -141,11 +124,8 @@ def decisions() -> ResponseReturnValue:
 @api_auth(Role.INSTRUCTOR)
 def certificates_csv() -> ResponseReturnValue:
     """Every student's current decision, its source (policy or instructor) and reason."""
-    version, audit_failed = _current()
-    with session_scope(state().engine) as session:
-        entries = load_roster(session=session, current_version=version, audit_failed=audit_failed)
     return Response(
-        shapes.decisions_csv(entries),
+        shapes.decisions_csv(roster_now(current())),
         mimetype="text/csv",
         headers={"Content-Disposition": 'attachment; filename="certificate-decisions.csv"'},
     )
@@ -277,7 +257,7 @@ def start_regrade() -> ResponseReturnValue:
             )
         else:
             dry_run = data.get("dry_run") is True
-            result = console.regrade_answers(
+            result = regrade_from_answers(
                 session=session,
                 case_set=case_set,
                 actor=instructor(),

@@ -6,16 +6,23 @@ rerun. Only the running app's state; the use cases are :mod:`grader.instructor.c
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from flask import url_for
 
 from grader.core.casesets import CaseSet
+from grader.db.engine import session_scope
 from grader.db.tables import Role, UserRow
 from grader.exceptions import CaseSetError
+from grader.instructor import console
 from grader.instructor.certificates import DEFAULT_COURSE, sign_certificate_id
 from grader.instructor.regrades import RerunPlan
+from grader.instructor.roster import RosterEntry
+from grader.instructor.students import load_roster
 from grader.worker import enqueue_grading
 
+from . import shapes
 from .auth import current_user
 from .state import state
 
@@ -31,6 +38,42 @@ def load_case_set() -> tuple[CaseSet | None, str | None]:
 def audit_failing(case_set: CaseSet | None) -> bool:
     """Whether the current case set's evaluator audit fails (every proposal needs review)."""
     return state().audits.failing(case_set)
+
+
+@dataclass(frozen=True)
+class Current:
+    """The case set now (or why it cannot be loaded) and its audit verdict."""
+
+    case_set: CaseSet | None
+    problem: str | None
+    audit_failed: bool
+
+    @property
+    def version(self) -> str | None:
+        return self.case_set.version if self.case_set else None
+
+
+def current() -> Current:
+    case_set, problem = load_case_set()
+    return Current(case_set, problem, audit_failing(case_set))
+
+
+def roster_now(now: Current) -> list[RosterEntry]:
+    """Every student's roster line against the current case set."""
+    with session_scope(state().engine) as session:
+        return load_roster(
+            session=session, current_version=now.version, audit_failed=now.audit_failed
+        )
+
+
+def student_json(name: str, now: Current) -> dict[str, Any]:
+    """A student's record as the API sends it and the page shows it (StudentNotFound)."""
+    with session_scope(state().engine) as session:
+        record = console.student_record(
+            session=session, name=name, current_version=now.version, audit_failed=now.audit_failed
+        )
+    urls = certificate_urls(row.id for row in record.certificates)
+    return shapes.student_record(record, now.version, urls)
 
 
 def instructor() -> UserRow:

@@ -18,18 +18,19 @@ from grader.db.tables import Role
 from grader.exceptions import GraderError
 from grader.instructor import console
 from grader.instructor.decisions import DecisionAction
-from grader.instructor.regrades import RerunPlan, get_run, list_runs
+from grader.instructor.regrades import RerunPlan, get_run, list_runs, regrade_from_answers
 from grader.instructor.roster import RosterFilter, filter_roster, roster_counts
-from grader.instructor.students import StudentNotFound, load_roster
+from grader.instructor.students import StudentNotFound
 
 from . import shapes
 from .auth import current_user, login_required
 from .instructor_context import (
-    audit_failing,
-    certificate_urls,
+    current,
     enqueue_rerun,
     instructor,
     load_case_set,
+    roster_now,
+    student_json,
 )
 from .state import state
 
@@ -103,48 +104,35 @@ def roster() -> ResponseReturnValue:
         wanted = RosterFilter(request.args.get("filter", RosterFilter.ALL.value))
     except ValueError:
         wanted = RosterFilter.ALL
-    case_set, problem = load_case_set()
-    audit_failed = audit_failing(case_set)
-    with session_scope(state().engine) as session:
-        entries = load_roster(
-            session=session,
-            current_version=case_set.version if case_set else None,
-            audit_failed=audit_failed,
-        )
+    now = current()
+    entries = roster_now(now)
     return _render(
         "instructor/roster.html",
-        audit_ok=not audit_failed if case_set else None,
+        audit_ok=not now.audit_failed if now.case_set else None,
         entries=filter_roster(entries, wanted),
         counts=roster_counts(entries),
         wanted=wanted,
         filters=FILTER_LABELS,
-        case_set=case_set,
-        case_set_error=problem,
+        case_set=now.case_set,
+        case_set_error=now.problem,
     )
 
 
 @bp.get("/students/<name>")
 @instructor_page
 def student(name: str) -> ResponseReturnValue:
-    case_set, problem = load_case_set()
-    version = case_set.version if case_set else None
-    audit_failed = audit_failing(case_set)
+    now = current()
     try:
-        with session_scope(state().engine) as session:
-            record = console.student_record(
-                session=session, name=name, current_version=version, audit_failed=audit_failed
-            )
+        record = student_json(name, now)
     except StudentNotFound:
         return _not_found("No such student.")
-    urls = certificate_urls(row.id for row in record.certificates)
-    shaped = shapes.student_record(record, version, urls)
     return _render(
         "instructor/student.html",
-        record=shaped,
-        entry=shaped["student"],
+        record=record,
+        entry=record["student"],
         actions=ACTION_LABELS,
-        case_set=case_set,
-        case_set_error=problem,
+        case_set=now.case_set,
+        case_set_error=now.problem,
     )
 
 
@@ -261,7 +249,7 @@ def regrade() -> ResponseReturnValue:
     case_set, problem = load_case_set()
     try:
         with session_scope(state().engine) as session:
-            result = console.regrade_answers(
+            result = regrade_from_answers(
                 session=session,
                 case_set=console.require_case_set(case_set, problem),
                 actor=instructor(),
