@@ -8,7 +8,7 @@ refusal case, some timeouts. They are written through the worker's own repositor
 (:func:`grader.db.repository.add_grading`), so the database holds exactly what production
 holds: one result set and 20 eval records per submission. Then an instructor "fixes a label"
 (one case's allowed citations grow by the document many answers cite), and
-:func:`grader.instructor.regrading.regrade_from_answers` is timed end to end in one
+:func:`grader.instructor.regrades.regrade_from_answers` is timed end to end in one
 transaction, commit included: reading every current result set and its eval records, rebuilding
 each answer, re-applying the gates and the policy, building the student view, inserting 1 000
 new result sets and 20 000 eval records, moving 1 000 pointers and recording the run. Runs 2…N
@@ -46,12 +46,14 @@ from grader.core.models import Answer, Case, CaseKind, ErrorKind
 from grader.core.scoring import grade_case
 from grader.core.text import TokenText
 from grader.core.views import student_view
-from grader.db import repository as repo
 from grader.db.engine import make_engine, session_scope
 from grader.db.migrate import upgrade_database
+from grader.db.results import add_grading
+from grader.db.submissions import new_id
 from grader.db.tables import GradingTrigger, Role, SubmissionRow, SubmissionStatus
+from grader.db.users import create_user, get_user_by_name
 from grader.grading import build_report
-from grader.instructor.regrading import regrade_from_answers
+from grader.instructor.regrades import regrade_from_answers
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = 20
@@ -139,7 +141,7 @@ def seed(engine: Engine, case_set: CaseSet, submissions: int, *, rng: random.Ran
     """One student and one graded submission (20 eval records) per ``submissions``."""
     with session_scope(engine) as session:
         for number in range(submissions):
-            user, _ = repo.create_user(session=session, name=f"s{number:05d}", role=Role.STUDENT)
+            user, _ = create_user(session=session, name=f"s{number:05d}", role=Role.STUDENT)
             results = []
             for case in case_set.cases:
                 value = draw(case, case_set, rng)
@@ -160,7 +162,7 @@ def seed(engine: Engine, case_set: CaseSet, submissions: int, *, rng: random.Ran
             )
             assert user.id is not None
             submission = SubmissionRow(
-                id=repo.new_id(),
+                id=new_id(),
                 user_id=user.id,
                 status=SubmissionStatus.GRADED.value,
                 filename="agent.zip",
@@ -170,7 +172,7 @@ def seed(engine: Engine, case_set: CaseSet, submissions: int, *, rng: random.Ran
             )
             session.add(submission)
             session.flush()
-            grading = repo.add_grading(
+            grading = add_grading(
                 session=session,
                 submission_id=submission.id,
                 report=report,
@@ -212,7 +214,7 @@ def measure(engine: Engine, case_set: CaseSet, *, include_up_to_date: bool) -> d
     """One regrade from answers, timed from the first read to the commit."""
     started = time.perf_counter()
     with session_scope(engine) as session:
-        actor = repo.get_user_by_name(session=session, name="bench-instructor")
+        actor = get_user_by_name(session=session, name="bench-instructor")
         assert actor is not None
         result = regrade_from_answers(
             session=session,
@@ -236,7 +238,7 @@ def run(submissions: int, runs: int, url: str | None) -> list[dict[str, Any]]:
             started = time.perf_counter()
             seed(engine, load_case_set(root), submissions, rng=random.Random(20261129))
             with session_scope(engine) as session:
-                repo.create_user(session=session, name="bench-instructor", role=Role.INSTRUCTOR)
+                create_user(session=session, name="bench-instructor", role=Role.INSTRUCTOR)
             seeding = time.perf_counter() - started
             fix_label(root)
             fixed = load_case_set(root)

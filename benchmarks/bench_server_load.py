@@ -51,10 +51,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from grader.core.views import student_view  # noqa: E402
-from grader.db import repository as repo  # noqa: E402
 from grader.db.engine import make_engine, session_scope  # noqa: E402
 from grader.db.migrate import upgrade_database  # noqa: E402
+from grader.db.results import load_report  # noqa: E402
+from grader.db.submissions import claim_submission, get_submission, record_grading  # noqa: E402
 from grader.db.tables import Role, SubmissionStatus  # noqa: E402
+from grader.db.users import create_user  # noqa: E402
 from grader.settings import Settings  # noqa: E402
 from grader.worker import GradingService  # noqa: E402
 
@@ -175,7 +177,7 @@ def main() -> None:
         tokens: list[str] = []
         with session_scope(engine) as session:
             for index in range(args.clients):
-                _user, token = repo.create_user(
+                _user, token = create_user(
                     session=session, name=f"bench-{uuid.uuid4().hex[:6]}-{index}", role=Role.STUDENT
                 )
                 tokens.append(token)
@@ -238,25 +240,25 @@ def main() -> None:
         service = GradingService.from_settings(settings, name="bench")
         all_ids = [sid for chunk in submission_ids for sid in chunk]
         with session_scope(engine) as session:
-            first = repo.get_submission(session=session, submission_id=all_ids[0])
+            first = get_submission(session=session, submission_id=all_ids[0])
             assert first is not None and first.job_id is not None
             first_job = first.job_id
         service.grade(all_ids[0], job_id=first_job)
         with session_scope(engine) as session:
-            graded = repo.get_submission(session=session, submission_id=all_ids[0])
+            graded = get_submission(session=session, submission_id=all_ids[0])
             assert graded is not None and graded.status == SubmissionStatus.GRADED
             assert graded.current_grading_id is not None
-            report = repo.load_report(session=session, grading_id=graded.current_grading_id)
+            report = load_report(session=session, grading_id=graded.current_grading_id)
             assert report is not None
         view = student_view(report)
         for sid in all_ids[1:]:
             with session_scope(engine) as session:
-                row = repo.get_submission(session=session, submission_id=sid)
+                row = get_submission(session=session, submission_id=sid)
                 assert row is not None and row.job_id is not None
-                repo.claim_submission(
+                claim_submission(
                     session=session, submission_id=sid, job_id=row.job_id, worker="bench"
                 )
-                repo.record_grading(
+                record_grading(
                     session=session, submission_id=sid, job_id=row.job_id, report=report,
                     student_view=view, seconds=1.0,
                 )  # fmt: skip

@@ -31,9 +31,9 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from grader.db.engine import session_scope
+from grader.db.results import current_results
 from grader.db.retention import archives_in_use, referenced_archives
 from grader.db.tables import utcnow
-from grader.instructor import repository as irepo
 from grader.instructor.roster import best_result, latest_result
 from grader.settings import Settings
 from grader.storage import ArchiveStore
@@ -90,7 +90,7 @@ def _mib(size: int) -> str:
 def protected_submissions(*, session: Session) -> set[str]:
     """Each student's best and latest graded submission (the instructor roster's choice)."""
     keep: set[str] = set()
-    for results in irepo.current_results(session=session).values():
+    for results in current_results(session=session).values():
         for chosen in (best_result(results), latest_result(results)):
             if chosen is not None:
                 keep.add(chosen.submission_id)

@@ -53,7 +53,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from grader.core.casesets import load_case_set
 from grader.core.views import student_view
-from grader.db import repository as repo
+from grader.db import submissions as repo
 from grader.db.engine import make_engine, session_scope
 from grader.db.tables import FailureKind, SubmissionStatus, utcnow
 from grader.exceptions import (

@@ -18,8 +18,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Session, col
 
-from .instructor import CertificateDecisionRow, CertificateRow
-from .tables import SubmissionRow, SubmissionStatus
+from .tables import CertificateDecisionRow, CertificateRow, SubmissionRow, SubmissionStatus
 
 
 def archives_in_use(

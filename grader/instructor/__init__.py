@@ -1,8 +1,8 @@
 """The instructor console's logic (DESIGN §6, §7, §12): certificate decisions and their audit
-trail, certificates, the roster, submission detail, regrades and exports.
+trail, certificates, the roster, result-set detail and regrades.
 
-The rules (``decisions``, ``roster``, ``regrade``, ``detail``, ``exports``, ``certificates``)
-are pure; ``repository`` and ``regrading`` read and write the database; the Flask side lives in
-:mod:`grader.server.instructor_api`, :mod:`grader.server.instructor_pages` and
-:mod:`grader.server.certificates`.
+The use cases are :mod:`.console` (plain functions of a session raising ``GraderError``s),
+built on :mod:`.students` and :mod:`.regrades`; the rules (``decisions``, ``roster``,
+``rescoring``, ``grading_detail``, ``certificates``) are pure. Every query is in
+:mod:`grader.db`; the Flask side lives in :mod:`grader.server`.
 """

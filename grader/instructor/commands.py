@@ -12,15 +12,14 @@ import click
 
 from grader.commandline import fail
 from grader.core.casesets import load_case_set
-from grader.db import repository as repo
 from grader.db.engine import make_engine, session_scope
 from grader.db.migrate import upgrade_database
 from grader.db.tables import Role
+from grader.db.users import get_user_by_name
 from grader.exceptions import CaseSetError
 from grader.settings import Settings
 
-from . import regrading
-from .repository import current_results
+from . import console, regrades
 
 
 @click.command()
@@ -68,12 +67,12 @@ def regrade(
     engine = make_engine(settings.database_url)
     upgrade_database(engine)
     with session_scope(engine) as session:
-        actor = repo.get_user_by_name(session=session, name=actor_name)
+        actor = get_user_by_name(session=session, name=actor_name)
         if actor is None or actor.role != Role.INSTRUCTOR.value:
             fail(f"no instructor named {actor_name!r}")
             return
         if mode == "answers":
-            result = regrading.regrade_from_answers(
+            result = regrades.regrade_from_answers(
                 session=session,
                 case_set=case_set,
                 actor=actor,
@@ -83,13 +82,11 @@ def regrade(
             )
             body = result.as_dict()
         else:
-            ids = list(submission_ids) or [
-                result.submission_id
-                for results in current_results(session=session).values()
-                for result in results
-                if result.case_set_version != case_set.version
-            ]
-            plan = regrading.start_rerun(
+            ids = (
+                list(submission_ids)
+                or console.standing(session=session, version=case_set.version).outdated
+            )
+            plan = regrades.start_rerun(
                 session=session, actor=actor, case_set_version=case_set.version, submission_ids=ids
             )
             body = plan.as_dict()

@@ -35,6 +35,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from grader.core.models import Decision
+from grader.exceptions import GraderError
 
 
 class CertificateState(StrEnum):
@@ -56,12 +57,12 @@ class DecisionSource(StrEnum):
     INSTRUCTOR = "instructor"
 
 
-class DecisionError(ValueError):
+class DecisionError(GraderError, ValueError):
     """A request that cannot be applied (the message is safe to show the instructor)."""
 
 
 class InvalidTransition(DecisionError):
-    """A valid action that the student's current state does not allow (HTTP 409)."""
+    """A valid action that the student's current state does not allow (a conflict, not bad input)."""
 
 
 #: Longest reason accepted (characters), the same as the table's.

@@ -1,6 +1,6 @@
 """The roster: every student with their best and latest result, the proposal and the decision.
 
-Pure: built from plain values the repository loads, so the rules are tested without a database.
+Pure: built from plain values :mod:`grader.db` loads, so the rules are tested without a database.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from enum import StrEnum
 from typing import Any
 
 from grader.core.models import Decision
+from grader.db.results import ResultSummary
+from grader.db.tables import timestamp
 
 from .decisions import (
     CertificateState,
@@ -53,41 +55,22 @@ class ReviewFlag(StrEnum):
     AUDIT_FAILED = "audit_failed"
 
 
-@dataclass(frozen=True)
-class ResultSummary:
-    """A submission's current result set, reduced to what the roster shows."""
-
-    submission_id: str
-    grading_id: int
-    grading_version: int
-    agent_name: str
-    submitted_at: datetime
-    graded_at: datetime
-    decision: Decision
-    reasons: tuple[str, ...]
-    passed: int
-    total: int
-    case_set_version: str
-
-    @property
-    def rate(self) -> float:
-        return self.passed / self.total if self.total else 0.0
-
-    def as_dict(self, current_version: str | None = None) -> dict[str, Any]:
-        return {
-            "submission_id": self.submission_id,
-            "grading_id": self.grading_id,
-            "grading_version": self.grading_version,
-            "agent_name": self.agent_name,
-            "submitted_at": self.submitted_at.isoformat(),
-            "graded_at": self.graded_at.isoformat(),
-            "decision": self.decision.value,
-            "reasons": list(self.reasons),
-            "passed": self.passed,
-            "total": self.total,
-            "case_set_version": self.case_set_version,
-            "outdated": current_version is not None and self.case_set_version != current_version,
-        }
+def result_dict(result: ResultSummary, current_version: str | None = None) -> dict[str, Any]:
+    """A current result set as the roster's JSON shows it."""
+    return {
+        "submission_id": result.submission_id,
+        "grading_id": result.grading_id,
+        "grading_version": result.grading_version,
+        "agent_name": result.agent_name,
+        "submitted_at": timestamp(result.submitted_at),
+        "graded_at": timestamp(result.graded_at),
+        "decision": result.decision.value,
+        "reasons": list(result.reasons),
+        "passed": result.passed,
+        "total": result.total,
+        "case_set_version": result.case_set_version,
+        "outdated": result.outdated(current_version),
+    }
 
 
 @dataclass(frozen=True)
@@ -152,7 +135,7 @@ class RosterEntry:
         if self.current_version is None:
             return False
         return any(
-            result is not None and result.case_set_version != self.current_version
+            result is not None and result.outdated(self.current_version)
             for result in (self.best, self.latest)
         )
 
@@ -179,8 +162,8 @@ class RosterEntry:
         return {
             "student": self.student,
             "submissions": self.submissions,
-            "best": self.best.as_dict(self.current_version) if self.best else None,
-            "latest": self.latest.as_dict(self.current_version) if self.latest else None,
+            "best": result_dict(self.best, self.current_version) if self.best else None,
+            "latest": result_dict(self.latest, self.current_version) if self.latest else None,
             "proposal": {
                 "decision": self.proposal.value if self.proposal else None,
                 "reasons": list(self.proposal_reasons),
@@ -191,7 +174,7 @@ class RosterEntry:
                 "action": current.action.value if current.action else None,
                 "reason": current.reason,
                 "decided_by": current.decided_by,
-                "decided_at": current.decided_at.isoformat() if current.decided_at else None,
+                "decided_at": timestamp(current.decided_at),
             },
             "certificate_id": self.certificate_id,
             "overridden": self.overridden,

@@ -1,9 +1,10 @@
 """The grading web server: ``create_app(settings)`` builds a Flask app (DESIGN §2, §8, §12).
 
-Blueprints, one per module: :mod:`.api` (student API), :mod:`.instructor` (instructor view of a
-submission), :mod:`.pages` (student pages), :mod:`.health` (``/healthz``, ``/metrics``),
-:mod:`.practice` (the public practice set) and, through :func:`.instructor_api.register`, the
-instructor console and certificate verification. The app holds no
+Blueprints, one per module and URL prefix, all registered here: :mod:`.api` (student API),
+:mod:`.instructor_api` (``/api/instructor``), :mod:`.instructor_pages` (``/instructor``),
+:mod:`.certificates` (verification and a student's certificate), :mod:`.pages` (student
+pages), :mod:`.health` (``/healthz``, ``/metrics``) and :mod:`.practice` (the public practice
+set). The app holds no
 state of its own beyond connection pools: submissions live in the database, work in Redis,
 archives in storage — so any number of server processes can run side by side.
 """
@@ -25,7 +26,7 @@ from grader.settings import Settings
 from grader.storage import ArchiveStore
 from grader.worker import make_queue
 
-from . import api, health, instructor, instructor_api, pages, practice
+from . import api, certificates, health, instructor_api, instructor_pages, pages, practice
 from .auth import rate_limit_key
 from .errors import register_error_handlers
 from .metrics import GraderCollector
@@ -108,13 +109,20 @@ def create_app(
         app.wsgi_app, settings.trusted_proxy_networks()
     )
 
-    for blueprint in (api.bp, instructor.bp, pages.bp, health.bp, practice.bp):
+    blueprints = (
+        api.bp,
+        instructor_api.bp,
+        instructor_pages.bp,
+        certificates.bp,
+        pages.bp,
+        health.bp,
+        practice.bp,
+    )
+    for blueprint in blueprints:
         app.register_blueprint(blueprint)
     # Token-authenticated JSON APIs are not cookie forms: no CSRF token (see auth.py).
-    csrf.exempt(api.bp)
-    csrf.exempt(instructor.bp)
-    csrf.exempt(health.bp)
-    instructor_api.register(app)  # instructor console pages, API and certificate verification
+    for blueprint in (api.bp, instructor_api.bp, certificates.bp, health.bp):
+        csrf.exempt(blueprint)
     limiter.exempt(health.bp)
     # Route limits wrap the registered view functions (Flask-Limiter checks them on call).
     per_route = {

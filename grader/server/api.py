@@ -5,13 +5,13 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from grader.db import repository as repo
+from grader.db import submissions
 from grader.db.tables import GradingRow, SubmissionRow, UserRow, utcnow
 from grader.db.usage import usage
 
 from .auth import api_auth, current_user
 from .intake import Accepted, accept_upload, daily_limit
-from .serialize import submission_detail, submission_summary
+from .shapes import student_submission, submission_summary
 from .state import read_session, state
 
 bp = Blueprint("api", __name__, url_prefix="/api")
@@ -47,7 +47,7 @@ def list_submissions() -> ResponseReturnValue:
     """The caller's own submissions, newest first."""
     user = _user()
     assert user.id is not None
-    rows = repo.list_submissions(session=read_session(), user_id=user.id)
+    rows = submissions.list_submissions(session=read_session(), user_id=user.id)
     return jsonify(submissions=[submission_summary(row, decision) for row, decision in rows])
 
 
@@ -55,7 +55,9 @@ def own_submission(
     submission_id: str, user: UserRow
 ) -> tuple[SubmissionRow, GradingRow | None] | None:
     """The caller's submission and its current result set; None for anyone else's."""
-    found = repo.get_submission_with_grading(session=read_session(), submission_id=submission_id)
+    found = submissions.get_submission_with_grading(
+        session=read_session(), submission_id=submission_id
+    )
     if found is None or found[0].user_id != user.id:
         return None  # another student's submission is indistinguishable from none
     return found
@@ -68,7 +70,7 @@ def get_submission(submission_id: str) -> ResponseReturnValue:
     found = own_submission(submission_id, _user())
     if found is None:
         return error(404, "no such submission")
-    return jsonify(submission_detail(*found))
+    return jsonify(student_submission(*found))
 
 
 @bp.get("/me")

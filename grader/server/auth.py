@@ -22,9 +22,9 @@ from typing import ParamSpec, TypeVar
 from flask import g, jsonify, redirect, request, session, url_for
 from flask.typing import ResponseReturnValue
 
-from grader.db import repository as repo
 from grader.db.engine import session_scope
 from grader.db.tables import Role, UserRow
+from grader.db.users import end_sessions, find_user_by_token, get_user
 
 from .state import read_session, state
 from .throttle import client_address
@@ -64,7 +64,7 @@ def verify_token(token: str) -> UserRow | None:
     if guard is not None and guard.blocked(address):
         g.grader_auth_blocked = True
         return None
-    user = repo.find_user_by_token(session=read_session(), token=token)
+    user = find_user_by_token(session=read_session(), token=token)
     if user is None and guard is not None and guard.failed(address):
         g.grader_auth_blocked = True
     return user
@@ -88,7 +88,7 @@ def _load_user() -> UserRow | None:
     user_id = session.get(SESSION_USER)
     if not isinstance(user_id, int):
         return None
-    user = repo.get_user(session=db, user_id=user_id)
+    user = get_user(session=db, user_id=user_id)
     if user is None or not user.active:
         return None
     if not hmac.compare_digest(str(session.get(SESSION_FINGERPRINT, "")), fingerprint(user)):
@@ -183,6 +183,6 @@ def log_out() -> None:
     user = current_user()
     if user is not None and user.id is not None and via_session():
         with session_scope(state().engine) as db:
-            repo.end_sessions(session=db, user_id=user.id)
+            end_sessions(session=db, user_id=user.id)
     session.clear()
     g.grader_user = None

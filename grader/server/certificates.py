@@ -14,11 +14,13 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, render_template, request
 from flask.typing import ResponseReturnValue
 
+from grader.db.certificates import active_certificates
 from grader.db.engine import session_scope
-from grader.instructor import repository as irepo
 from grader.instructor.certificates import read_certificate_token
+from grader.instructor.students import public_certificate
 
 from .auth import api_auth, current_user
+from .instructor_context import certificate_url, course_name
 from .state import state
 
 bp = Blueprint("certificates", __name__)
@@ -33,15 +35,13 @@ def _wants_json() -> bool:
 
 @bp.get("/certificates/<token>")
 def verify(token: str) -> ResponseReturnValue:
-    from .instructor_api import course_name
-
     certificate = None
     certificate_id = read_certificate_token(
         token, secret_key=state().settings.resolved_secret_key()
     )
     if certificate_id is not None:
         with session_scope(state().engine) as session:
-            certificate = irepo.public_certificate(
+            certificate = public_certificate(
                 session=session, certificate_id=certificate_id, course=course_name()
             )
     if certificate is None:
@@ -65,12 +65,10 @@ def verify(token: str) -> ResponseReturnValue:
 @api_auth()
 def mine() -> ResponseReturnValue:
     """The caller's certificate in force (instructor-confirmed and not revoked), or null."""
-    from .instructor_api import certificate_url
-
     user = current_user()
     assert user is not None and user.id is not None
     with session_scope(state().engine) as session:
-        held = irepo.active_certificates(session=session, student_id=user.id).get(user.id)
+        held = active_certificates(session=session, student_id=user.id).get(user.id)
     if held is None:
         return jsonify(certificate=None)
     return jsonify(

@@ -16,10 +16,10 @@ from typing import Any
 import click
 
 from grader.commandline import fail
-from grader.db import repository as repo
 from grader.db.engine import make_engine, session_scope
 from grader.db.migrate import upgrade_database
 from grader.db.tables import Role
+from grader.db.users import UserExists, create_user, get_user_by_name, list_users, rotate_token
 from grader.exceptions import GraderError
 from grader.settings import Settings
 
@@ -135,8 +135,8 @@ def users_add(name: str, role: str) -> None:
         fail("a user name must have 1 to 100 characters")
     with session_scope(_engine()) as session:
         try:
-            _user, token = repo.create_user(session=session, name=name, role=Role(role))
-        except repo.UserExists:
+            _user, token = create_user(session=session, name=name, role=Role(role))
+        except UserExists:
             fail(f"user {name!r} already exists")
             raise
     click.echo(token)
@@ -165,8 +165,8 @@ def users_import(roster: Path) -> None:
     with session_scope(_engine()) as session:
         for name, role in rows:
             try:
-                _user, token = repo.create_user(session=session, name=name, role=role)
-            except repo.UserExists:
+                _user, token = create_user(session=session, name=name, role=role)
+            except UserExists:
                 click.echo(f"grader: {name}: already exists, skipped", err=True)
                 skipped += 1
                 continue
@@ -179,7 +179,7 @@ def users_import(roster: Path) -> None:
 def users_list() -> None:
     """List accounts (never tokens)."""
     with session_scope(_engine()) as session:
-        for user in repo.list_users(session=session):
+        for user in list_users(session=session):
             state = "" if user.active else " (disabled)"
             click.echo(f"{user.name}\t{user.role}{state}")
 
@@ -189,11 +189,11 @@ def users_list() -> None:
 def users_token(name: str) -> None:
     """Replace NAME's token and print the new one (the old one stops working)."""
     with session_scope(_engine()) as session:
-        user = repo.get_user_by_name(session=session, name=name)
+        user = get_user_by_name(session=session, name=name)
         if user is None:
             fail(f"no user {name!r}")
             raise AssertionError
-        token = repo.rotate_token(session=session, user=user)
+        token = rotate_token(session=session, user=user)
     click.echo(token)
 
 

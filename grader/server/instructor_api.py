@@ -1,181 +1,62 @@
-"""Instructor console JSON API (DESIGN §6, §7, §12): roster, decisions, exports, regrades, audit.
+"""Instructor JSON API under ``/api/instructor`` (DESIGN §6, §7, §12): roster, decisions,
+exports, submissions, regrades, case set and evaluator audit.
 
-Every route is for instructors only (403 for a student, 401 without credentials), through
-:func:`grader.server.auth.api_auth`: a bearer token, or for ``GET`` the page session. The
-submission view itself (``GET /api/instructor/submissions/<id>``) lives in
-:mod:`grader.server.instructor`.
-
-:func:`register` adds this blueprint, the instructor pages and the public certificate
-verification to an app built by :func:`grader.server.create_app`.
+Routes only: each parses the request, calls a use case of :mod:`grader.instructor.console`
+and shapes the answer with :mod:`.shapes`. Every route is for instructors only (403 for a
+student, 401 without credentials) through :func:`grader.server.auth.api_auth`: a bearer token,
+or for ``GET`` the page session. Domain errors become statuses in :func:`domain_error`.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, Flask, Response, jsonify, request, url_for
+from flask import Blueprint, Response, jsonify, request
 from flask.typing import ResponseReturnValue
 from sqlmodel import Session
 
-from grader.audit.report import AuditReport, run_audit
-from grader.core.casesets import CaseSet
-from grader.db import repository as repo
+from grader.core.views import instructor_view
 from grader.db.engine import session_scope
-from grader.db.tables import Role, UserRow, as_utc
-from grader.exceptions import CaseSetError
-from grader.instructor import regrading
-from grader.instructor import repository as irepo
-from grader.instructor.certificates import DEFAULT_COURSE, sign_certificate_id
-from grader.instructor.decisions import DecisionError, InvalidTransition, parse_action
-from grader.instructor.detail import submission_detail
-from grader.instructor.exports import decisions_csv, jsonl
+from grader.db.results import iter_eval_record_rows, list_gradings, load_report
+from grader.db.submissions import get_submission
+from grader.db.tables import Role, SubmissionStatus
+from grader.db.users import get_user, user_names
+from grader.exceptions import GraderError
+from grader.instructor import console
+from grader.instructor.console import CaseSetUnavailable, SubmissionNotFound
+from grader.instructor.decisions import InvalidTransition
+from grader.instructor.regrades import RegradeMode, get_run, list_runs, regrade_from_answers
 from grader.instructor.roster import RosterFilter, filter_roster, roster_counts
-from grader.worker import enqueue_grading
+from grader.instructor.students import StudentNotFound
 
-from .auth import api_auth, current_user
+from . import shapes
+from .auth import api_auth
+from .instructor_context import (
+    certificate_url,
+    current,
+    enqueue_rerun,
+    instructor,
+    load_case_set,
+    roster_now,
+    student_json,
+)
 from .state import state
 
 bp = Blueprint("instructor_console", __name__, url_prefix="/api/instructor")
 
-_EXTENSION = "grader_instructor"
-#: Audit reports kept per case-set version (running the canaries takes a moment).
-_AUDITS_KEPT = 4
+#: The HTTP status of each domain error (anything else is bad input: 400).
+_STATUS: dict[type[GraderError], int] = {
+    StudentNotFound: 404,
+    SubmissionNotFound: 404,
+    InvalidTransition: 409,
+    CaseSetUnavailable: 503,
+}
 
 
-# --------------------------------------------------------------------------------------------
-# Helpers shared with the pages
-
-
-def register(app: Flask) -> None:
-    """Add the instructor console (API, pages, certificate verification) to ``app``."""
-    from . import certificates, instructor_pages
-
-    app.register_blueprint(bp)
-    app.register_blueprint(instructor_pages.bp)
-    app.register_blueprint(certificates.bp)
-    csrf = app.extensions.get("csrf")
-    if csrf is not None:  # token-authenticated JSON: no CSRF token (see auth.py)
-        csrf.exempt(bp)
-        csrf.exempt(certificates.bp)
-    app.extensions[_EXTENSION] = {"audits": OrderedDict(), "lock": threading.Lock()}
-
-
-def load_case_set() -> tuple[CaseSet | None, str | None]:
-    """The current case set, or None with the loading error (the console still works)."""
-    try:
-        return state().case_sets.get(), None
-    except CaseSetError as exc:
-        return None, str(exc)
-
-
-def course_name() -> str:
-    """The course a certificate names (``GRADER_COURSE_NAME``, else a default)."""
-    return state().settings.course_name or DEFAULT_COURSE
-
-
-def certificate_url(certificate_id: str) -> str:
-    """The signed public verification URL of a certificate."""
-    token = sign_certificate_id(certificate_id, secret_key=state().settings.resolved_secret_key())
-    return url_for("certificates.verify", token=token, _external=True)
-
-
-def audit_report(case_set: CaseSet) -> AuditReport:
-    """The canary audit of ``case_set``, computed once per case-set version."""
-    from flask import current_app
-
-    store = current_app.extensions[_EXTENSION]
-    with store["lock"]:
-        cached: AuditReport | None = store["audits"].get(case_set.version)
-    if cached is not None:
-        return cached
-    report = run_audit(case_set)
-    with store["lock"]:
-        audits: OrderedDict[str, AuditReport] = store["audits"]
-        audits[case_set.version] = report
-        while len(audits) > _AUDITS_KEPT:
-            audits.popitem(last=False)
-    return report
-
-
-def audit_failing(case_set: CaseSet | None) -> bool:
-    """Whether the current case set's evaluator audit fails: every proposal then needs review."""
-    return case_set is not None and not audit_report(case_set).ok
-
-
-def iso(value: datetime | None) -> str | None:
-    """A stored timestamp as ISO 8601 UTC (SQLite hands back naive ones)."""
-    stamp = as_utc(value)
-    return stamp.isoformat() if stamp else None
-
-
-def instructor() -> UserRow:
-    user = current_user()
-    assert user is not None and user.role == Role.INSTRUCTOR.value
-    return user
-
-
-def _error(status: int, message: str) -> ResponseReturnValue:
-    return jsonify(error=message), status
-
-
-def decision_payload(outcome: irepo.DecisionOutcome) -> dict[str, Any]:
-    row, entry = outcome.row, outcome.entry
-    certificate = outcome.certificate
-    return {
-        "id": row.id,
-        "student": entry.student,
-        "action": row.action,
-        "from": row.from_state,
-        "from_source": row.from_source,
-        "decision": row.to_state,
-        "source": "instructor",
-        "reason": row.reason,
-        "proposal": row.proposal,
-        "decided_by": entry.current.decided_by,
-        "decided_at": entry.current.decided_at.isoformat() if entry.current.decided_at else None,
-        "basis_submission_id": row.basis_submission_id,
-        "case_set_version": row.case_set_version,
-        "certificate": (
-            {
-                "id": certificate.id,
-                "url": certificate_url(certificate.id),
-                "case_set_version": certificate.case_set_version,
-            }
-            if certificate
-            else None
-        ),
-    }
-
-
-def apply_decision(
-    actor: UserRow, student: object, action: object, reason: object
-) -> tuple[int, dict[str, Any]]:
-    """Validate and record a decision; (HTTP status, JSON body). Shared with the pages."""
-    if not isinstance(student, str) or not student:
-        return 400, {"error": "'student' (a student's name) is required"}
-    try:
-        parsed = parse_action(action)
-        case_set, _ = load_case_set()
-        with session_scope(state().engine) as session:
-            outcome = irepo.record_decision(
-                session=session,
-                actor=actor,
-                student_name=student,
-                action=parsed,
-                reason=reason if isinstance(reason, str) else "",
-                current_version=case_set.version if case_set else None,
-            )
-            body = decision_payload(outcome)
-    except irepo.StudentNotFound:
-        return 404, {"error": f"no student named {student!r}"}
-    except InvalidTransition as exc:
-        return 409, {"error": str(exc)}
-    except DecisionError as exc:
-        return 400, {"error": str(exc)}
-    return 201, body
+@bp.errorhandler(GraderError)
+def domain_error(exc: GraderError) -> ResponseReturnValue:
+    status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
+    return jsonify(error=str(exc)), status
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,94 +70,23 @@ def students() -> ResponseReturnValue:
     try:
         wanted = RosterFilter(request.args.get("filter", RosterFilter.ALL.value))
     except ValueError:
-        return _error(400, "filter must be one of: " + ", ".join(f.value for f in RosterFilter))
-    case_set, problem = load_case_set()
-    audit_failed = audit_failing(case_set)
-    with session_scope(state().engine) as session:
-        entries = irepo.load_roster(
-            session=session,
-            current_version=case_set.version if case_set else None,
-            audit_failed=audit_failed,
-        )
+        choices = ", ".join(f.value for f in RosterFilter)
+        return jsonify(error=f"filter must be one of: {choices}"), 400
+    now = current()
+    entries = roster_now(now)
     return jsonify(
-        case_set_version=case_set.version if case_set else None,
-        case_set_error=problem,
+        case_set_version=now.version,
+        case_set_error=now.problem,
         counts={f.value: n for f, n in roster_counts(entries).items()},
         filter=wanted.value,
         students=[entry.as_dict() for entry in filter_roster(entries, wanted)],
     )
 
 
-def student_record(
-    session: Session, name: str, current_version: str | None, *, audit_failed: bool = False
-) -> dict[str, Any]:
-    """A student's roster line, submissions, audit trail and certificates (API and page)."""
-    student = irepo.get_student(session=session, name=name)
-    if student is None or student.id is None:
-        raise irepo.StudentNotFound(name)
-    entry = irepo.roster_entry(
-        session=session,
-        student=student,
-        current_version=current_version,
-        audit_failed=audit_failed,
-    )
-    results = {
-        result.submission_id: result
-        for result in irepo.current_results(session=session, student_id=student.id).get(
-            student.id, []
-        )
-    }
-    submissions = []
-    for row, _decision in repo.list_submissions(session=session, user_id=student.id):
-        result = results.get(row.id)
-        submissions.append(
-            {
-                "id": row.id,
-                "status": row.status,
-                "agent_name": row.agent_name,
-                "filename": row.filename,
-                "created_at": iso(row.created_at),
-                "failure_reason": row.failure_reason,
-                "result": result.as_dict(current_version) if result else None,
-                "best": entry.best is not None and entry.best.submission_id == row.id,
-            }
-        )
-    certificates = [
-        {
-            "id": row.id,
-            "case_set_version": row.case_set_version,
-            "issued_at": iso(row.issued_at),
-            "status": "revoked" if row.revoked_at else "valid",
-            "revoked_at": iso(row.revoked_at),
-            "submission_id": row.submission_id,
-            "url": certificate_url(row.id),
-        }
-        for row in irepo.student_certificates(session=session, student_id=student.id)
-    ]
-    return {
-        "student": entry.as_dict(),
-        "submissions": submissions,
-        "trail": irepo.decision_trail(session=session, student_id=student.id),
-        "certificates": certificates,
-    }
-
-
 @bp.get("/students/<name>")
 @api_auth(Role.INSTRUCTOR)
 def student(name: str) -> ResponseReturnValue:
-    case_set, _ = load_case_set()
-    audit_failed = audit_failing(case_set)
-    with session_scope(state().engine) as session:
-        try:
-            body = student_record(
-                session,
-                name,
-                case_set.version if case_set else None,
-                audit_failed=audit_failed,
-            )
-        except irepo.StudentNotFound:
-            return _error(404, "no such student")
-    return jsonify(body)
+    return jsonify(student_json(name, current()))
 
 
 @bp.post("/certificates")
@@ -285,50 +95,74 @@ def decide() -> ResponseReturnValue:
     """``{"student", "decision", "reason"}``: confirm | award | withhold | revoke (audited)."""
     data = request.get_json(silent=True)
     if not isinstance(data, dict):
-        return _error(400, 'send JSON: {"student": ..., "decision": ..., "reason": ...}')
-    status, body = apply_decision(
-        instructor(), data.get("student"), data.get("decision"), data.get("reason")
-    )
-    return jsonify(body), status
+        return jsonify(error='send JSON: {"student": ..., "decision": ..., "reason": ...}'), 400
+    case_set, _ = load_case_set()
+    with session_scope(state().engine) as session:
+        outcome = console.decide(
+            session=session,
+            actor=instructor(),
+            student=data.get("student"),
+            action=data.get("decision"),
+            reason=data.get("reason"),
+            current_version=case_set.version if case_set else None,
+        )
+        url = certificate_url(outcome.certificate.id) if outcome.certificate else None
+        body = shapes.decision(outcome, url)
+    return jsonify(body), 201
 
 
 @bp.get("/decisions")
 @api_auth(Role.INSTRUCTOR)
 def decisions() -> ResponseReturnValue:
     """The whole audit trail (or one student's, ``?student=``), oldest first."""
-    name = request.args.get("student")
     with session_scope(state().engine) as session:
-        student_id = None
-        if name is not None:
-            found = irepo.get_student(session=session, name=name)
-            if found is None:
-                return _error(404, "no such student")
-            student_id = found.id
-        trail = irepo.decision_trail(session=session, student_id=student_id)
-    return jsonify(decisions=trail)
+        trail = console.student_trail(session=session, name=request.args.get("student"))
+    return jsonify(decisions=[shapes.trail_entry(entry) for entry in trail])
 
 
 @bp.get("/certificates.csv")
 @api_auth(Role.INSTRUCTOR)
 def certificates_csv() -> ResponseReturnValue:
     """Every student's current decision, its source (policy or instructor) and reason."""
-    case_set, _ = load_case_set()
-    audit_failed = audit_failing(case_set)
-    with session_scope(state().engine) as session:
-        entries = irepo.load_roster(
-            session=session,
-            current_version=case_set.version if case_set else None,
-            audit_failed=audit_failed,
-        )
     return Response(
-        decisions_csv(entries),
+        shapes.decisions_csv(roster_now(current())),
         mimetype="text/csv",
         headers={"Content-Disposition": 'attachment; filename="certificate-decisions.csv"'},
     )
 
 
 # --------------------------------------------------------------------------------------------
-# Submissions: any result set in detail, eval records
+# Submissions: the current result set, any result set in detail, eval records
+
+
+@bp.get("/submissions/<submission_id>")
+@api_auth(Role.INSTRUCTOR)
+def get_submission_view(submission_id: str) -> ResponseReturnValue:
+    """The instructor view of the current result set (rebuilt from eval records) and metadata.
+
+    Questions and slices are filled in when the loaded case set is the version the submission
+    was graded on. The same JSON as ``grader grade --view instructor --json``, plus metadata.
+    """
+    with session_scope(state().engine) as session:
+        row = get_submission(session=session, submission_id=submission_id)
+        if row is None:
+            raise SubmissionNotFound("no such submission")
+        user = get_user(session=session, user_id=row.user_id)
+        gradings = list_gradings(session=session, submission_id=row.id)
+        grading = next((g for g in gradings if g.id == row.current_grading_id), None)
+        report = (
+            load_report(session=session, grading_id=grading.id)
+            if grading is not None and grading.id is not None
+            else None
+        )
+    body = shapes.instructor_submission(row, user.name if user else None, gradings)
+    if report is not None and row.status == SubmissionStatus.GRADED:
+        case_set, _ = load_case_set()
+        same = case_set is not None and case_set.version == report.versions.case_set
+        cases = case_set.by_id() if case_set is not None and same else None
+        body = {**instructor_view(report, cases=cases), **body}
+        body["grading_version"] = grading.version if grading else None
+    return jsonify(body)
 
 
 @bp.get("/submissions/<submission_id>/gradings/<int:version>")
@@ -336,72 +170,12 @@ def certificates_csv() -> ResponseReturnValue:
 def grading_detail(submission_id: str, version: int) -> ResponseReturnValue:
     """One result set (current or earlier) with per-gate and per-slice summaries."""
     case_set, _ = load_case_set()
-    body = grading_view(submission_id, version, case_set)
-    if body is None:
-        return _error(404, "no such submission or result set")
-    return jsonify(body)
-
-
-def grading_view(
-    submission_id: str, version: int | None, case_set: CaseSet | None
-) -> dict[str, Any] | None:
-    """A result set of a submission (the current one when ``version`` is None), in full."""
     with session_scope(state().engine) as session:
-        submission = repo.get_submission(session=session, submission_id=submission_id)
-        if submission is None:
-            return None
-        gradings = repo.list_gradings(session=session, submission_id=submission.id)
-        if version is None:
-            grading = next((g for g in gradings if g.id == submission.current_grading_id), None)
-        else:
-            grading = next((g for g in gradings if g.version == version), None)
-            if grading is None:
-                return None
-        student = irepo.student_name_of(session=session, submission=submission)
-        report = None
-        notes = None
-        if grading is not None and grading.id is not None:
-            report = repo.load_report(session=session, grading_id=grading.id)
-            notes = regrading.regrade_notes(session=session, grading_id=grading.id)
-    body: dict[str, Any] = {
-        "id": submission.id,
-        "student": student,
-        "status": submission.status,
-        "agent_name": submission.agent_name,
-        "filename": submission.filename,
-        "package_sha256": submission.package_sha256,
-        "created_at": iso(submission.created_at),
-        "failure_reason": submission.failure_reason,
-        "gradings": [
-            {
-                "version": g.version,
-                "trigger": g.trigger,
-                "decision": g.decision,
-                "case_set_version": g.case_set_version,
-                "created_at": iso(g.created_at),
-                "current": g.id == submission.current_grading_id,
-            }
-            for g in gradings
-        ],
-        "grading": None,
-    }
-    if grading is not None and report is not None:
-        detail = submission_detail(
-            report,
-            cases=case_set.by_id() if case_set else {},
-            current_version=case_set.version if case_set else None,
+        view = console.grading_view(
+            session=session, submission_id=submission_id, version=version, case_set=case_set
         )
-        body["grading"] = {
-            "version": grading.version,
-            "trigger": grading.trigger,
-            "current": grading.id == submission.current_grading_id,
-            "created_at": iso(grading.created_at),
-            "seconds": grading.seconds,
-            "worker": grading.worker,
-            "regrade": notes,
-            **detail,
-        }
-    return body
+        body = shapes.grading_view(view)
+    return jsonify(body)
 
 
 @bp.get("/eval-records.jsonl")
@@ -422,15 +196,20 @@ def _eval_records(submission_id: str | None) -> ResponseReturnValue:
     current_only = request.args.get("current", "") in ("1", "true", "yes")
     if submission_id is not None:
         with session_scope(engine) as session:
-            if repo.get_submission(session=session, submission_id=submission_id) is None:
-                return _error(404, "no such submission")
+            if get_submission(session=session, submission_id=submission_id) is None:
+                raise SubmissionNotFound("no such submission")
 
     def generate() -> Any:
         with Session(engine) as session:
-            yield from jsonl(
-                irepo.iter_eval_records(
-                    session=session, submission_id=submission_id, current_only=current_only
+            names = user_names(session=session)
+            rows = iter_eval_record_rows(
+                session=session, submission_id=submission_id, current_only=current_only
+            )
+            yield from shapes.jsonl(
+                shapes.eval_record(
+                    record, grading=grading, student=names.get(user_id, ""), current=current
                 )
+                for record, grading, user_id, current in rows
             )
 
     name = f"eval-records-{submission_id}.jsonl" if submission_id else "eval-records.jsonl"
@@ -445,67 +224,6 @@ def _eval_records(submission_id: str | None) -> ResponseReturnValue:
 # Regrades
 
 
-def _string_list(value: object) -> list[str] | None:
-    if isinstance(value, list) and all(isinstance(item, str) for item in value):
-        return list(value)
-    return None
-
-
-def regrade_answers(
-    actor: UserRow,
-    *,
-    submission_ids: list[str] | None,
-    dry_run: bool,
-    include_up_to_date: bool,
-) -> tuple[int, dict[str, Any]]:
-    case_set, problem = load_case_set()
-    if case_set is None:
-        return 503, {"error": f"the case set cannot be loaded: {problem}"}
-    with session_scope(state().engine) as session:
-        result = regrading.regrade_from_answers(
-            session=session,
-            case_set=case_set,
-            actor=actor,
-            submission_ids=submission_ids,
-            include_up_to_date=include_up_to_date,
-            dry_run=dry_run,
-        )
-    return (200 if dry_run else 201), result.as_dict()
-
-
-def regrade_rerun(
-    actor: UserRow, *, submission_ids: list[str] | None, outdated: bool
-) -> tuple[int, dict[str, Any]]:
-    server = state()
-    case_set, problem = load_case_set()
-    if case_set is None:
-        return 503, {"error": f"the case set cannot be loaded: {problem}"}
-    with session_scope(server.engine) as session:
-        if outdated:
-            results = irepo.current_results(session=session)
-            submission_ids = [
-                result.submission_id
-                for rows in results.values()
-                for result in rows
-                if result.case_set_version != case_set.version
-            ]
-        if not submission_ids:
-            return 400, {"error": 'name the submissions to rerun, or send "outdated": true'}
-        plan = regrading.start_rerun(
-            session=session,
-            actor=actor,
-            case_set_version=case_set.version,
-            submission_ids=submission_ids,
-        )
-    not_enqueued = []
-    for submission_id, job_id in plan.jobs:
-        try:
-            enqueue_grading(server.queue, submission_id, job_id, server.settings)
-        except Exception:  # Redis down: the reconciler enqueues queued submissions
-            not_enqueued.append(submission_id)
-    return 202, {**plan.as_dict(), "not_enqueued": not_enqueued}
-
-
 @bp.post("/regrades")
 @api_auth(Role.INSTRUCTOR)
 def start_regrade() -> ResponseReturnValue:
@@ -517,33 +235,46 @@ def start_regrade() -> ResponseReturnValue:
     """
     data = request.get_json(silent=True)
     if not isinstance(data, dict):
-        return _error(400, 'send JSON: {"mode": "answers" | "rerun", ...}')
+        return jsonify(error='send JSON: {"mode": "answers" | "rerun", ...}'), 400
     submissions = data.get("submissions")
-    ids = _string_list(submissions) if submissions is not None else None
-    if submissions is not None and ids is None:
-        return _error(400, "'submissions' must be a list of submission ids")
+    ids = None
+    if submissions is not None:
+        if not isinstance(submissions, list) or not all(isinstance(s, str) for s in submissions):
+            return jsonify(error="'submissions' must be a list of submission ids"), 400
+        ids = list(submissions)
     mode = data.get("mode")
-    if mode == regrading.RegradeMode.ANSWERS.value:
-        status, body = regrade_answers(
-            instructor(),
-            submission_ids=ids,
-            dry_run=data.get("dry_run") is True,
-            include_up_to_date=data.get("include_up_to_date") is True,
-        )
-    elif mode == regrading.RegradeMode.RERUN.value:
-        status, body = regrade_rerun(
-            instructor(), submission_ids=ids, outdated=data.get("outdated") is True
-        )
-    else:
-        return _error(400, "mode must be 'answers' or 'rerun'")
-    return jsonify(body), status
+    if mode not in (RegradeMode.ANSWERS.value, RegradeMode.RERUN.value):
+        return jsonify(error="mode must be 'answers' or 'rerun'"), 400
+    case_set = console.require_case_set(*load_case_set())
+    with session_scope(state().engine) as session:
+        if mode == RegradeMode.RERUN.value:
+            plan = console.plan_rerun(
+                session=session,
+                case_set=case_set,
+                actor=instructor(),
+                submission_ids=ids,
+                outdated=data.get("outdated") is True,
+            )
+        else:
+            dry_run = data.get("dry_run") is True
+            result = regrade_from_answers(
+                session=session,
+                case_set=case_set,
+                actor=instructor(),
+                submission_ids=ids,
+                dry_run=dry_run,
+                include_up_to_date=data.get("include_up_to_date") is True,
+            )
+    if mode == RegradeMode.RERUN.value:
+        return jsonify({**plan.as_dict(), "not_enqueued": enqueue_rerun(plan)}), 202
+    return jsonify(result.as_dict()), 200 if dry_run else 201
 
 
 @bp.get("/regrades")
 @api_auth(Role.INSTRUCTOR)
 def regrades() -> ResponseReturnValue:
     with session_scope(state().engine) as session:
-        runs = regrading.list_runs(session=session)
+        runs = [shapes.regrade_run(record) for record in list_runs(session=session)]
     return jsonify(regrades=runs)
 
 
@@ -551,10 +282,11 @@ def regrades() -> ResponseReturnValue:
 @api_auth(Role.INSTRUCTOR)
 def regrade(run_id: int) -> ResponseReturnValue:
     with session_scope(state().engine) as session:
-        run = regrading.get_run(session=session, run_id=run_id)
-    if run is None:
-        return _error(404, "no such regrade")
-    return jsonify(run)
+        record = get_run(session=session, run_id=run_id)
+        body = shapes.regrade_run(record, with_items=True) if record else None
+    if body is None:
+        return jsonify(error="no such regrade"), 404
+    return jsonify(body)
 
 
 # --------------------------------------------------------------------------------------------
@@ -565,20 +297,17 @@ def regrade(run_id: int) -> ResponseReturnValue:
 @api_auth(Role.INSTRUCTOR)
 def case_set_info() -> ResponseReturnValue:
     """The current case-set version and how many current results were graded on another."""
-    case_set, problem = load_case_set()
-    if case_set is None:
-        return _error(503, f"the case set cannot be loaded: {problem}")
+    case_set = console.require_case_set(*load_case_set())
     with session_scope(state().engine) as session:
-        results = [r for rows in irepo.current_results(session=session).values() for r in rows]
-    outdated = sum(result.case_set_version != case_set.version for result in results)
+        standing = console.standing(session=session, version=case_set.version)
     return jsonify(
         version=case_set.version,
         versions=case_set.versions.model_dump(mode="json"),
         counts=case_set.counts(),
         documents=len(case_set.corpus),
         warnings=list(case_set.warnings),
-        graded_submissions=len(results),
-        outdated_submissions=outdated,
+        graded_submissions=standing.graded,
+        outdated_submissions=len(standing.outdated),
     )
 
 
@@ -586,7 +315,5 @@ def case_set_info() -> ResponseReturnValue:
 @api_auth(Role.INSTRUCTOR)
 def audit() -> ResponseReturnValue:
     """The canary audit (DESIGN §9) of the current case set; ``ok`` is the verdict."""
-    case_set, problem = load_case_set()
-    if case_set is None:
-        return _error(503, f"the case set cannot be loaded: {problem}")
-    return jsonify(audit_report(case_set).as_dict())
+    case_set = console.require_case_set(*load_case_set())
+    return jsonify(state().audits.report(case_set).as_dict())

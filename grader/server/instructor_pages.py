@@ -15,22 +15,22 @@ from flask.typing import ResponseReturnValue
 from grader.core.models import GATES_BY_KIND
 from grader.db.engine import session_scope
 from grader.db.tables import Role
-from grader.instructor import regrading
-from grader.instructor import repository as irepo
+from grader.exceptions import GraderError
+from grader.instructor import console
 from grader.instructor.decisions import DecisionAction
+from grader.instructor.regrades import RerunPlan, get_run, list_runs, regrade_from_answers
 from grader.instructor.roster import RosterFilter, filter_roster, roster_counts
+from grader.instructor.students import StudentNotFound
 
+from . import shapes
 from .auth import current_user, login_required
-from .instructor_api import (
-    apply_decision,
-    audit_failing,
-    audit_report,
-    grading_view,
+from .instructor_context import (
+    current,
+    enqueue_rerun,
     instructor,
     load_case_set,
-    regrade_answers,
-    regrade_rerun,
-    student_record,
+    roster_now,
+    student_json,
 )
 from .state import state
 
@@ -93,6 +93,10 @@ def _render(template: str, **context: Any) -> str:
     )
 
 
+def _not_found(message: str) -> ResponseReturnValue:
+    return render_template("error.html", status=404, message=message), 404
+
+
 @bp.get("/")
 @instructor_page
 def roster() -> ResponseReturnValue:
@@ -100,64 +104,59 @@ def roster() -> ResponseReturnValue:
         wanted = RosterFilter(request.args.get("filter", RosterFilter.ALL.value))
     except ValueError:
         wanted = RosterFilter.ALL
-    case_set, problem = load_case_set()
-    audit_failed = audit_failing(case_set)
-    with session_scope(state().engine) as session:
-        entries = irepo.load_roster(
-            session=session,
-            current_version=case_set.version if case_set else None,
-            audit_failed=audit_failed,
-        )
+    now = current()
+    entries = roster_now(now)
     return _render(
         "instructor/roster.html",
-        audit_ok=not audit_failed if case_set else None,
+        audit_ok=not now.audit_failed if now.case_set else None,
         entries=filter_roster(entries, wanted),
         counts=roster_counts(entries),
         wanted=wanted,
         filters=FILTER_LABELS,
-        case_set=case_set,
-        case_set_error=problem,
+        case_set=now.case_set,
+        case_set_error=now.problem,
     )
 
 
 @bp.get("/students/<name>")
 @instructor_page
 def student(name: str) -> ResponseReturnValue:
-    case_set, problem = load_case_set()
-    audit_failed = audit_failing(case_set)
-    with session_scope(state().engine) as session:
-        try:
-            record = student_record(
-                session,
-                name,
-                case_set.version if case_set else None,
-                audit_failed=audit_failed,
-            )
-        except irepo.StudentNotFound:
-            return render_template("error.html", status=404, message="No such student."), 404
+    now = current()
+    try:
+        record = student_json(name, now)
+    except StudentNotFound:
+        return _not_found("No such student.")
     return _render(
         "instructor/student.html",
         record=record,
         entry=record["student"],
         actions=ACTION_LABELS,
-        case_set=case_set,
-        case_set_error=problem,
+        case_set=now.case_set,
+        case_set_error=now.problem,
     )
 
 
 @bp.post("/students/<name>/decision")
 @instructor_page
 def decide(name: str) -> ResponseReturnValue:
-    status, body = apply_decision(
-        instructor(), name, request.form.get("action"), request.form.get("reason")
-    )
-    if status == 404:
-        return render_template("error.html", status=404, message="No such student."), 404
-    if status == 201:
-        label = DECISION_LABELS.get(body["decision"], body["decision"])
-        flash(f"Recorded: {body['action']} → {label}.", "ok")
+    case_set, _ = load_case_set()
+    try:
+        with session_scope(state().engine) as session:
+            outcome = console.decide(
+                session=session,
+                actor=instructor(),
+                student=name,
+                action=request.form.get("action"),
+                reason=request.form.get("reason"),
+                current_version=case_set.version if case_set else None,
+            )
+    except StudentNotFound:
+        return _not_found("No such student.")
+    except GraderError as exc:
+        flash(f"Not recorded: {exc}", "error")
     else:
-        flash(f"Not recorded: {body['error']}", "error")
+        state_ = outcome.row.to_state
+        flash(f"Recorded: {outcome.row.action} → {DECISION_LABELS.get(state_, state_)}.", "ok")
     return redirect(url_for("instructor_pages.student", name=name), 303)
 
 
@@ -166,9 +165,15 @@ def decide(name: str) -> ResponseReturnValue:
 def submission(submission_id: str) -> ResponseReturnValue:
     case_set, problem = load_case_set()
     version = request.args.get("version", type=int)
-    view = grading_view(submission_id, version, case_set)
-    if view is None:
-        return render_template("error.html", status=404, message="No such result set."), 404
+    try:
+        with session_scope(state().engine) as session:
+            view = shapes.grading_view(
+                console.grading_view(
+                    session=session, submission_id=submission_id, version=version, case_set=case_set
+                )
+            )
+    except console.SubmissionNotFound:
+        return _not_found("No such result set.")
     return _render(
         "instructor/submission.html",
         sub=view,
@@ -179,16 +184,35 @@ def submission(submission_id: str) -> ResponseReturnValue:
     )
 
 
+def _rerun(submission_ids: list[str] | None) -> RerunPlan:
+    """Plan and enqueue a rerun (of the named submissions, or of every outdated one)."""
+    case_set = console.require_case_set(*load_case_set())
+    with session_scope(state().engine) as session:
+        plan = console.plan_rerun(
+            session=session,
+            case_set=case_set,
+            actor=instructor(),
+            submission_ids=submission_ids,
+            outdated=submission_ids is None,
+        )
+    enqueue_rerun(plan)
+    return plan
+
+
 @bp.post("/submissions/<submission_id>/rerun")
 @instructor_page
 def rerun(submission_id: str) -> ResponseReturnValue:
-    status, body = regrade_rerun(instructor(), submission_ids=[submission_id], outdated=False)
-    if status == 202 and body["queued"]:
-        flash("Queued: the agent runs again; the current results stay until it is graded.", "ok")
+    try:
+        plan = _rerun([submission_id])
+    except GraderError as exc:
+        flash(f"Not queued: {exc}", "error")
     else:
-        flash(
-            f"Not queued: {body.get('error') or 'only a graded submission can be rerun'}", "error"
-        )
+        if plan.jobs:
+            flash(
+                "Queued: the agent runs again; the current results stay until it is graded.", "ok"
+            )
+        else:
+            flash("Not queued: only a graded submission can be rerun", "error")
     return redirect(url_for("instructor_pages.submission", submission_id=submission_id), 303)
 
 
@@ -197,45 +221,47 @@ def rerun(submission_id: str) -> ResponseReturnValue:
 def regrade_form() -> ResponseReturnValue:
     case_set, problem = load_case_set()
     with session_scope(state().engine) as session:
-        runs = regrading.list_runs(session=session)
-        results = [r for rows in irepo.current_results(session=session).values() for r in rows]
-    outdated = (
-        sum(result.case_set_version != case_set.version for result in results) if case_set else 0
-    )
+        runs = [shapes.regrade_run(record) for record in list_runs(session=session)]
+        standing = console.standing(session=session, version=case_set.version if case_set else None)
     return _render(
         "instructor/regrade.html",
         runs=runs,
         preview=None,
         case_set=case_set,
         case_set_error=problem,
-        graded=len(results),
-        outdated=outdated,
+        graded=standing.graded,
+        outdated=len(standing.outdated),
     )
 
 
 @bp.post("/regrade")
 @instructor_page
 def regrade() -> ResponseReturnValue:
-    mode = request.form.get("mode")
-    if mode == "rerun":
-        status, body = regrade_rerun(instructor(), submission_ids=None, outdated=True)
-        if status == 202:
-            flash(f"Queued {len(body['queued'])} submissions to run again.", "ok")
-            return redirect(url_for("instructor_pages.regrade_run", run_id=body["run_id"]), 303)
-        flash(f"Nothing queued: {body['error']}", "error")
-        return redirect(url_for("instructor_pages.regrade_form"), 303)
+    if request.form.get("mode") == "rerun":
+        try:
+            plan = _rerun(None)
+        except GraderError as exc:
+            flash(f"Nothing queued: {exc}", "error")
+            return redirect(url_for("instructor_pages.regrade_form"), 303)
+        flash(f"Queued {len(plan.jobs)} submissions to run again.", "ok")
+        return redirect(url_for("instructor_pages.regrade_run", run_id=plan.run_id), 303)
     preview = request.form.get("preview") == "1"
-    status, body = regrade_answers(
-        instructor(),
-        submission_ids=None,
-        dry_run=preview,
-        include_up_to_date=request.form.get("include_up_to_date") == "1",
-    )
-    if status >= 400:
-        flash(f"Not regraded: {body['error']}", "error")
+    case_set, problem = load_case_set()
+    try:
+        with session_scope(state().engine) as session:
+            result = regrade_from_answers(
+                session=session,
+                case_set=console.require_case_set(case_set, problem),
+                actor=instructor(),
+                submission_ids=None,
+                dry_run=preview,
+                include_up_to_date=request.form.get("include_up_to_date") == "1",
+            )
+    except GraderError as exc:
+        flash(f"Not regraded: {exc}", "error")
         return redirect(url_for("instructor_pages.regrade_form"), 303)
+    body = result.as_dict()
     if preview:
-        case_set, problem = load_case_set()
         return _render(
             "instructor/regrade_preview.html",
             preview=body,
@@ -255,9 +281,10 @@ def regrade() -> ResponseReturnValue:
 @instructor_page
 def regrade_run(run_id: int) -> ResponseReturnValue:
     with session_scope(state().engine) as session:
-        run = regrading.get_run(session=session, run_id=run_id)
+        record = get_run(session=session, run_id=run_id)
+        run = shapes.regrade_run(record, with_items=True) if record else None
     if run is None:
-        return render_template("error.html", status=404, message="No such regrade."), 404
+        return _not_found("No such regrade.")
     return _render("instructor/regrade_run.html", run=run)
 
 
@@ -265,7 +292,7 @@ def regrade_run(run_id: int) -> ResponseReturnValue:
 @instructor_page
 def audit() -> ResponseReturnValue:
     case_set, problem = load_case_set()
-    report = audit_report(case_set).as_dict() if case_set else None
+    report = state().audits.report(case_set).as_dict() if case_set else None
     return _render(
         "instructor/audit.html", report=report, case_set=case_set, case_set_error=problem
     )

@@ -16,8 +16,8 @@ from pathlib import Path
 from werkzeug.datastructures import FileStorage
 from werkzeug.utils import secure_filename
 
-from grader.db import repository as repo
 from grader.db.engine import session_scope
+from grader.db.submissions import create_submission
 from grader.db.tables import SubmissionRow, UserRow, utcnow
 from grader.db.usage import LimitKind, LimitReached, UploadLimits, check_upload
 from grader.exceptions import CaseSetError, PackageError
@@ -128,7 +128,7 @@ def accept_upload(
                     limits=ArchiveLimits(max_archive_bytes=settings.max_upload_bytes),
                 )
             with session_scope(server.engine) as session:
-                created = repo.create_submission(
+                created = create_submission(
                     session=session,
                     user=user,
                     filename=filename,

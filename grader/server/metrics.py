@@ -13,7 +13,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 from sqlmodel import Session
 
-from grader.db import repository as repo
+from grader.db.metrics import grading_duration_histogram, status_counts
 
 from .state import ServerState
 
@@ -44,8 +44,8 @@ class GraderCollector(Collector):
             up.add_metric(["redis"], 0)
         try:
             with Session(self.server.engine) as session:
-                counts = repo.status_counts(session=session)
-                buckets, count, total = repo.grading_duration_histogram(
+                counts = status_counts(session=session)
+                buckets, count, total = grading_duration_histogram(
                     session=session, buckets=DURATION_BUCKETS
                 )
             submissions = GaugeMetricFamily(

@@ -14,10 +14,11 @@ from flask.typing import ResponseReturnValue
 from sqlmodel import Session
 
 from grader.core.models import GATES_BY_KIND, CaseKind
-from grader.db import repository as repo
+from grader.db.certificates import active_certificates
 from grader.db.engine import session_scope
+from grader.db.submissions import list_submissions, quota_used
 from grader.db.tables import utcnow
-from grader.instructor import repository as irepo
+from grader.instructor.students import last_decisions
 
 from .api import own_submission
 from .auth import (
@@ -29,8 +30,9 @@ from .auth import (
     verify_token,
     via_session,
 )
+from .instructor_context import certificate_url
 from .intake import Accepted, accept_upload, daily_limit
-from .serialize import submission_detail, submission_summary
+from .shapes import student_submission, submission_summary
 from .state import state
 
 bp = Blueprint("pages", __name__)
@@ -95,12 +97,10 @@ def certificate_standing(session: Session, student_id: int) -> dict[str, Any] | 
 
     The instructor's written reason is not shown: it is free text, and may name hidden cases.
     """
-    from .instructor_api import certificate_url
-
-    last = irepo.last_decisions(session=session, student_id=student_id).get(student_id)
+    last = last_decisions(session=session, student_id=student_id).get(student_id)
     if last is None:
         return None
-    held = irepo.active_certificates(session=session, student_id=student_id).get(student_id)
+    held = active_certificates(session=session, student_id=student_id).get(student_id)
     return {
         "state": last.to_state.value,
         "decided_at": last.created_at,
@@ -115,8 +115,8 @@ def submissions() -> ResponseReturnValue:
     assert user is not None and user.id is not None
     server = state()
     with session_scope(server.engine) as session:
-        rows = repo.list_submissions(session=session, user_id=user.id)
-        used, _oldest = repo.quota_used(session=session, user_id=user.id, now=utcnow())
+        rows = list_submissions(session=session, user_id=user.id)
+        used, _oldest = quota_used(session=session, user_id=user.id, now=utcnow())
         standing = certificate_standing(session, user.id)
     limit = daily_limit(server)
     return render_template(
@@ -154,7 +154,7 @@ def submission(submission_id: str) -> ResponseReturnValue:
     return render_template(
         "submission.html",
         user=user,
-        sub=submission_detail(*found),
+        sub=student_submission(*found),
         gate_labels=GATE_LABELS,
         gate_order=GATE_ORDER,
         kind_labels=KIND_LABELS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from grader.core.casesets import CaseSet, load_case_set
+from grader.instructor.audit_cache import AuditCache
 from grader.settings import Settings
 from grader.storage import ArchiveStore
 
@@ -74,6 +75,8 @@ class ServerState:
     case_sets: CaseSetCache
     #: Failed authentications per client address (set once the rate limiter exists).
     auth_guard: AuthFailureGuard | None = None
+    #: Canary audits of the case sets seen, by version (the instructor console's verdict).
+    audits: AuditCache = field(default_factory=AuditCache)
 
 
 def state() -> ServerState:

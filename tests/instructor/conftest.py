@@ -20,9 +20,10 @@ from grader.core.casesets import CaseSet, load_case_set
 from grader.core.models import Answer, ErrorKind
 from grader.core.scoring import grade_case
 from grader.core.views import student_view
-from grader.db import repository as repo
 from grader.db.engine import session_scope
+from grader.db.submissions import claim_submission, create_submission, record_grading
 from grader.db.tables import Role, SubmissionRow
+from grader.db.users import get_user
 from grader.grading import build_report
 from tests.conftest import write_case_set
 from tests.server.conftest import *  # noqa: F403  (S's database, Redis and app fixtures)
@@ -177,9 +178,9 @@ class Seeder:
             )
         report = build_report(case_set, tuple(results), sandbox="bwrap", package_sha256="0" * 64)
         with session_scope(self.engine) as session:
-            user = repo.get_user(session=session, user_id=account.id)
+            user = get_user(session=session, user_id=account.id)
             assert user is not None
-            submission = repo.create_submission(
+            submission = create_submission(
                 session=session,
                 user=user,
                 filename=f"{agent}.zip",
@@ -191,10 +192,10 @@ class Seeder:
             )
             assert isinstance(submission, SubmissionRow)
             assert submission.job_id is not None
-            assert repo.claim_submission(
+            assert claim_submission(
                 session=session, submission_id=submission.id, job_id=submission.job_id, worker="t"
             )
-            grading = repo.record_grading(
+            grading = record_grading(
                 session=session,
                 submission_id=submission.id,
                 job_id=submission.job_id,

@@ -14,8 +14,7 @@ from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from grader.db.instructor import CertificateDecisionRow
-from grader.db.tables import Role
+from grader.db.tables import CertificateDecisionRow, Role
 from grader.instructor.certificates import sign_certificate_id
 from tests.instructor.conftest import ALICE, GOOD, Seeder, login
 from tests.server.conftest import Account

@@ -35,9 +35,8 @@ from grader.instructor.decisions import (
     next_state,
     parse_action,
 )
-from grader.instructor.detail import slice_summary
-from grader.instructor.exports import decisions_csv
-from grader.instructor.regrade import RecordedCase, changed_cases, regrade_report
+from grader.instructor.grading_detail import retrieval_summary, slice_summary
+from grader.instructor.rescoring import RecordedCase, changed_cases, regrade_report
 from grader.instructor.roster import (
     LastDecision,
     ResultSummary,
@@ -45,6 +44,7 @@ from grader.instructor.roster import (
     build_entry,
     roster_counts,
 )
+from grader.server.shapes import decisions_csv
 from tests.conftest import write_case_set
 from tests.instructor.conftest import ALICE, DOCUMENTS, INSTRUCTOR_CASES, fixed_cases, rewrite_cases
 
@@ -260,7 +260,7 @@ def test_decisions_csv_has_a_header_and_defuses_formulas() -> None:
             "reason": '\'=HYPERLINK("http://evil")',
             "action": "award",
             "decided_by": "prof",
-            "decided_at": (T0 + timedelta(hours=1)).isoformat(),
+            "decided_at": "2026-11-01T13:00:00Z",  # RFC 3339, UTC, Z (issue 11)
             "certificate_id": "GC-1",
             "proposal": "not_awarded",
             "proposal_reasons": "because",
@@ -350,3 +350,11 @@ def test_slice_summary_counts_cases_and_failed_gates(tmp_path: Path) -> None:
         "errors": 0,
         "failed_gates": {},
     }
+
+
+def test_retrieval_summary_keeps_the_case_count_an_integer() -> None:
+    """The number of cases behind the retrieval means is an int (shown "cases 17", not
+    "cases 17.00"); the means stay floats."""
+    summary = retrieval_summary({"recall@5": 0.5, "mrr": 0.25, "cases": 17.0})
+    assert summary == {"recall@5": 0.5, "mrr": 0.25, "cases": 17}
+    assert isinstance(summary["cases"], int) and isinstance(summary["mrr"], float)

@@ -13,8 +13,7 @@ from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from grader.db.instructor import CertificateDecisionRow, RegradeRunRow
-from grader.db.tables import Role
+from grader.db.tables import CertificateDecisionRow, RegradeRunRow, Role
 from grader.server import create_app
 from grader.settings import Settings
 from tests.conftest import PRIVATE_CASES

@@ -16,7 +16,8 @@ from sqlmodel import Session, col, select
 
 from grader.core import casesets, scoring
 from grader.core.gates import GATE_FUNCTIONS_V1, evaluate_gates
-from grader.db import repository as repo
+from grader.db.results import eval_records, list_gradings
+from grader.db.submissions import get_submission
 from grader.db.tables import EvalRecordRow, GradingRow, Role, SubmissionStatus
 from tests.instructor.conftest import (
     GOOD,
@@ -41,7 +42,7 @@ def snapshot(engine: Engine) -> dict[tuple[str, int], tuple[str, list[tuple[str,
         found = {}
         for grading in gradings:
             assert grading.id is not None
-            records = repo.eval_records(session=session, grading_id=grading.id)
+            records = eval_records(session=session, grading_id=grading.id)
             found[(grading.submission_id, grading.version)] = (
                 grading.decision,
                 [(record.case_id, record.passed) for record in records],
@@ -105,7 +106,7 @@ def test_fixing_a_label_changes_exactly_the_affected_decisions_and_keeps_old_ver
     assert after[(dave_sub, 2)] == ("awarded", [(c["id"], True) for c in INSTRUCTOR_CASES])
     with Session(engine) as session:
         for name, change in changes.items():
-            row = repo.get_submission(session=session, submission_id=change["submission_id"])
+            row = get_submission(session=session, submission_id=change["submission_id"])
             assert row is not None and row.status == SubmissionStatus.GRADED
             current = session.get(GradingRow, row.current_grading_id)
             assert current is not None and (current.version, current.trigger) == (2, "regrade")
@@ -298,7 +299,7 @@ def test_rerun_regrade_runs_the_agent_again_and_keeps_the_old_version(
     assert done.status == SubmissionStatus.GRADED
     assert done.current_grading_id != first.current_grading_id
     with Session(engine) as session:
-        versions = [g.version for g in repo.list_gradings(session=session, submission_id=done.id)]
+        versions = [g.version for g in list_gradings(session=session, submission_id=done.id)]
     assert versions == [1, 2]
     finished = client.get(
         f"/api/instructor/regrades/{plan['run_id']}", headers=instructor.headers

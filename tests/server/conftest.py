@@ -39,10 +39,11 @@ from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from grader.db import repository as repo
 from grader.db.engine import make_engine, session_scope
 from grader.db.migrate import upgrade_database
+from grader.db.submissions import get_submission
 from grader.db.tables import Role, SubmissionRow
+from grader.db.users import create_user
 from grader.server import create_app
 from grader.settings import Settings
 from grader.worker import GraderWorker, GradingService, make_queue
@@ -352,7 +353,7 @@ def make_user(engine: Engine) -> Callable[..., Account]:
 
     def factory(role: Role = Role.STUDENT, name: str | None = None) -> Account:
         with session_scope(engine) as session:
-            user, token = repo.create_user(
+            user, token = create_user(
                 session=session, name=name or f"{role.value}-{next(counter)}", role=role
             )
             assert user.id is not None
@@ -410,7 +411,7 @@ def run_worker_burst(settings: Settings, engine: Engine, redis_client: Redis) ->
 
 def submission_row(engine: Engine, submission_id: str) -> SubmissionRow:
     with Session(engine, expire_on_commit=False) as session:
-        row = repo.get_submission(session=session, submission_id=submission_id)
+        row = get_submission(session=session, submission_id=submission_id)
         assert row is not None
         return row
 

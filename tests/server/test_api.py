@@ -11,8 +11,8 @@ from flask.testing import FlaskClient
 from redis import Redis
 from sqlalchemy.engine import Engine
 
-from grader.db import repository as repo
 from grader.db.engine import session_scope
+from grader.db.submissions import list_submissions, mark_failed
 from grader.db.tables import FailureKind, SubmissionStatus, utcnow
 from grader.server import create_app
 from grader.settings import Settings
@@ -128,7 +128,7 @@ def test_bad_archive_is_refused_with_a_one_line_reason(
     assert needle in message and "\n" not in message
     assert str(settings.storage_dir) not in message  # no server paths
     with session_scope(engine) as session:
-        assert repo.list_submissions(session=session, user_id=student.id) == []
+        assert list_submissions(session=session, user_id=student.id) == []
     assert ArchiveStore(settings.storage_dir).count() == 0
 
 
@@ -159,7 +159,7 @@ def test_daily_quota_gives_429_and_failed_runs_do_not_count(
     assert refused.status_code == 429
     assert "daily quota reached: 3 submissions" in refused.get_json()["error"]
     with session_scope(engine) as session:
-        assert repo.mark_failed(
+        assert mark_failed(
             session=session,
             submission_id=ids[0],
             job_id=None,

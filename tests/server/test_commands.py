@@ -11,7 +11,7 @@ from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from grader.db import repository as repo
+from grader.db.users import find_user_by_token, get_user_by_name
 from grader.settings import Settings
 from grader.worker import make_queue
 from tests.server.conftest import GRADER_BIN, Account, settings_env, submission_row
@@ -37,7 +37,7 @@ def test_users_add_prints_the_token_once_and_stores_its_hash(
     token = result.stdout.strip()
     assert token.startswith("grd_") and len(token) > 40
     with Session(engine) as session:
-        user = repo.find_user_by_token(session=session, token=token)
+        user = find_user_by_token(session=session, token=token)
         assert user is not None and user.name == "carol" and user.role == "instructor"
         assert user.token_hash == hashlib.sha256(token.encode()).hexdigest()
     again = grader(settings, "users", "add", "carol", cwd=tmp_path)
@@ -60,9 +60,9 @@ def test_users_import_creates_each_new_account_once(
     assert "3 created, 0 skipped" in first.stderr
     with Session(engine) as session:
         for name, token in lines:
-            user = repo.find_user_by_token(session=session, token=token)
+            user = find_user_by_token(session=session, token=token)
             assert user is not None and user.name == name
-        frank = repo.get_user_by_name(session=session, name="frank")
+        frank = get_user_by_name(session=session, name="frank")
         assert frank is not None and frank.role == "student"
     roster.write_text("dora,student\ngina,student\n")
     second = grader(settings, "users", "import", str(roster), cwd=tmp_path)
@@ -84,8 +84,8 @@ def test_users_token_rotates(settings: Settings, engine: Engine, tmp_path: Path)
     old = grader(settings, "users", "add", "ivy", cwd=tmp_path).stdout.strip()
     new = grader(settings, "users", "token", "ivy", cwd=tmp_path).stdout.strip()
     with Session(engine) as session:
-        assert repo.find_user_by_token(session=session, token=old) is None
-        assert repo.find_user_by_token(session=session, token=new) is not None
+        assert find_user_by_token(session=session, token=old) is None
+        assert find_user_by_token(session=session, token=new) is not None
 
 
 def test_reconcile_command_enqueues_lost_jobs(

@@ -17,11 +17,19 @@ from sqlmodel import Session, SQLModel
 from grader.core.casesets import load_case_set
 from grader.core.models import ErrorKind, GradeReport
 from grader.core.views import student_view
-from grader.db import repository as repo
 from grader.db.engine import make_engine, session_scope
+from grader.db.metrics import status_counts
 from grader.db.migrate import current_revision, head_revision, upgrade_database
+from grader.db.results import add_grading, eval_records, list_gradings, load_report
+from grader.db.submissions import (
+    claim_submission,
+    create_submission,
+    get_submission,
+    record_grading,
+)
 from grader.db.tables import GradingTrigger, Role, SubmissionRow, SubmissionStatus, UserRow
 from grader.db.usage import LimitReached
+from grader.db.users import UserExists, create_user, find_user_by_token, get_user
 from grader.grading import build_report, results_from_runs
 from grader.sandbox.session import CaseRun
 from tests.server.conftest import POSTGRES_URL, Account
@@ -90,16 +98,16 @@ def test_postgres_upgrade_of_a_fresh_schema_is_idempotent() -> None:
 def test_tokens_are_stored_only_as_hashes(engine: Engine) -> None:
     """The database holds sha256(token), never the token; lookups find the right user."""
     with session_scope(engine) as session:
-        _user, token = repo.create_user(session=session, name="ann", role=Role.STUDENT)
+        _user, token = create_user(session=session, name="ann", role=Role.STUDENT)
     with Session(engine) as session:
         stored = session.exec(sa.select(UserRow.token_hash)).all()  # type: ignore[call-overload]
         assert [row[0] for row in stored] == [hashlib.sha256(token.encode()).hexdigest()]
-        found = repo.find_user_by_token(session=session, token=token)
+        found = find_user_by_token(session=session, token=token)
         assert found is not None and found.name == "ann"
-        assert repo.find_user_by_token(session=session, token=token + "x") is None
-        assert repo.find_user_by_token(session=session, token="") is None
-    with session_scope(engine) as session, pytest.raises(repo.UserExists):
-        repo.create_user(session=session, name="ann", role=Role.INSTRUCTOR)
+        assert find_user_by_token(session=session, token=token + "x") is None
+        assert find_user_by_token(session=session, token="") is None
+    with session_scope(engine) as session, pytest.raises(UserExists):
+        create_user(session=session, name="ann", role=Role.INSTRUCTOR)
 
 
 def test_quota_holds_under_concurrent_uploads(engine: Engine, student: Account) -> None:
@@ -110,10 +118,10 @@ def test_quota_holds_under_concurrent_uploads(engine: Engine, student: Account) 
     def insert() -> None:
         barrier.wait()
         with session_scope(engine) as session:
-            user = repo.get_user(session=session, user_id=student.id)
+            user = get_user(session=session, user_id=student.id)
             assert user is not None
             outcomes.append(
-                repo.create_submission(
+                create_submission(
                     session=session,
                     user=user,
                     filename="a.zip",
@@ -156,7 +164,7 @@ def test_result_sets_round_trip_and_keep_earlier_versions(
     submission_id = submit(student)
     report, view = _report(cases_dir)
     with session_scope(engine) as session:
-        first = repo.add_grading(
+        first = add_grading(
             session=session,
             submission_id=submission_id,
             report=report,
@@ -164,7 +172,7 @@ def test_result_sets_round_trip_and_keep_earlier_versions(
             seconds=4.0,
             trigger=GradingTrigger.INITIAL,
         )
-        second = repo.add_grading(
+        second = add_grading(
             session=session,
             submission_id=submission_id,
             report=report,
@@ -175,12 +183,13 @@ def test_result_sets_round_trip_and_keep_earlier_versions(
     assert (first.version, second.version) == (1, 2)
     with Session(engine) as session:
         assert first.id is not None
-        rebuilt = repo.load_report(session=session, grading_id=first.id)
+        rebuilt = load_report(session=session, grading_id=first.id)
         assert rebuilt == report
-        assert [
-            g.version for g in repo.list_gradings(session=session, submission_id=submission_id)
-        ] == [1, 2]
-        records = repo.eval_records(session=session, grading_id=first.id)
+        assert [g.version for g in list_gradings(session=session, submission_id=submission_id)] == [
+            1,
+            2,
+        ]
+        records = eval_records(session=session, grading_id=first.id)
     assert [r.error_kind for r in records] == [None, "timeout", None]
     assert records[2].safety_failures  # answering the safety-tagged refusal case
     assert report.decision.decision.value == "blocked"
@@ -193,17 +202,17 @@ def test_recording_results_is_fenced_by_the_job_id(
     submission_id = submit(student)
     report, view = _report(cases_dir)
     with session_scope(engine) as session:
-        row = repo.get_submission(session=session, submission_id=submission_id)
+        row = get_submission(session=session, submission_id=submission_id)
         assert row is not None and row.job_id is not None
         job_id = row.job_id
-        assert repo.claim_submission(
+        assert claim_submission(
             session=session, submission_id=submission_id, job_id=job_id, worker="w"
         )
-        assert not repo.claim_submission(
+        assert not claim_submission(
             session=session, submission_id=submission_id, job_id=job_id, worker="w"
         )
     with session_scope(engine) as session:
-        lost = repo.record_grading(
+        lost = record_grading(
             session=session,
             submission_id=submission_id,
             job_id="intruder",
@@ -214,7 +223,7 @@ def test_recording_results_is_fenced_by_the_job_id(
         assert lost is None
         session.rollback()
     with session_scope(engine) as session:
-        won = repo.record_grading(
+        won = record_grading(
             session=session,
             submission_id=submission_id,
             job_id=job_id,
@@ -224,9 +233,9 @@ def test_recording_results_is_fenced_by_the_job_id(
         )
         assert won is not None
     with Session(engine) as session:
-        row = repo.get_submission(session=session, submission_id=submission_id)
+        row = get_submission(session=session, submission_id=submission_id)
         assert row is not None and row.status == SubmissionStatus.GRADED
         assert row.current_grading_id == won.id
-        assert len(repo.list_gradings(session=session, submission_id=submission_id)) == 1
-        counts = repo.status_counts(session=session)
+        assert len(list_gradings(session=session, submission_id=submission_id)) == 1
+        counts = status_counts(session=session)
     assert counts[SubmissionStatus.GRADED] == 1 and counts[SubmissionStatus.QUEUED] == 0

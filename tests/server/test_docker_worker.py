@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from grader.db import repository as repo
+from grader.db.results import list_gradings
 from grader.db.tables import SubmissionStatus
 from grader.sandbox.docker import OWNER_LABEL, ROLE_LABEL, SUBMISSION_LABEL
 from grader.settings import Settings
@@ -65,7 +65,7 @@ def test_killed_docker_worker_leaves_no_container_and_the_submission_is_graded_o
     )
     assert_graded_exactly_once(engine, [submission_id])
     with Session(engine) as session:
-        (grading,) = repo.list_gradings(session=session, submission_id=submission_id)
+        (grading,) = list_gradings(session=session, submission_id=submission_id)
     assert grading.sandbox == "docker"
     assert (grading.sandbox_image or "").startswith("sha256:")
     wait_for(

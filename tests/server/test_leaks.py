@@ -20,7 +20,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 from werkzeug.test import TestResponse
 
-from grader.db import repository as repo
+from grader.db.results import eval_records
+from grader.db.submissions import get_submission
 from grader.db.tables import Role, SubmissionStatus
 from tests.sandbox.hostile_agents import source
 from tests.server.conftest import (
@@ -121,9 +122,9 @@ def test_no_student_visible_byte_carries_hidden_case_content(
     # The smuggling happened: answers recorded for instructors do hold the questions.
     with Session(engine) as session:
         echo_id = next(sid for sid, _ in zip(owners, SMUGGLERS, strict=True))
-        row = repo.get_submission(session=session, submission_id=echo_id)
+        row = get_submission(session=session, submission_id=echo_id)
         assert row is not None and row.current_grading_id is not None
-        records = repo.eval_records(session=session, grading_id=row.current_grading_id)
+        records = eval_records(session=session, grading_id=row.current_grading_id)
         assert any("heron" in str(record.answer) for record in records)
     statuses = {sid: submission_row(engine, sid).status for sid in owners}
     assert sorted(statuses.values()) == sorted(["graded"] * 5 + ["failed"])

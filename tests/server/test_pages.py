@@ -10,9 +10,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 
-from grader.db import repository as repo
 from grader.db.engine import session_scope
 from grader.db.tables import Role
+from grader.db.users import get_user_by_name, rotate_token
 from tests.server.conftest import Account, agent_files, make_zip
 
 REFUSE_ALL = """
@@ -132,9 +132,9 @@ def test_rotating_a_token_ends_its_sessions(app: Flask, student: Account, engine
     browser = logged_in(app, student)
     assert browser.get("/submissions").status_code == 200
     with session_scope(engine) as session:
-        user = repo.get_user_by_name(session=session, name=student.name)
+        user = get_user_by_name(session=session, name=student.name)
         assert user is not None
-        repo.rotate_token(session=session, user=user)
+        rotate_token(session=session, user=user)
     assert browser.get("/submissions").status_code == 302
 
 

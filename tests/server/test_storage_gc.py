@@ -21,10 +21,24 @@ from sqlalchemy.engine import Engine
 from grader.core.casesets import load_case_set
 from grader.core.models import ErrorKind
 from grader.core.views import student_view
-from grader.db import repository as repo
 from grader.db.engine import session_scope
-from grader.db.instructor import CertificateRow
-from grader.db.tables import FailureKind, Role, SubmissionRow, SubmissionStatus, utcnow
+from grader.db.submissions import (
+    claim_submission,
+    create_submission,
+    get_submission,
+    mark_failed,
+    record_grading,
+    requeue,
+)
+from grader.db.tables import (
+    CertificateRow,
+    FailureKind,
+    Role,
+    SubmissionRow,
+    SubmissionStatus,
+    utcnow,
+)
+from grader.db.users import get_user
 from grader.grading import build_report, results_from_runs
 from grader.sandbox.session import CaseRun
 from grader.settings import Settings
@@ -76,9 +90,9 @@ class Scenario:
         ``queued``."""
         created = self.now - timedelta(days=days)
         with session_scope(self.engine) as session:
-            user = repo.get_user(session=session, user_id=account.id)
+            user = get_user(session=session, user_id=account.id)
             assert user is not None
-            row = repo.create_submission(
+            row = create_submission(
                 session=session,
                 user=user,
                 filename="a.zip",
@@ -90,11 +104,11 @@ class Scenario:
             )
             assert isinstance(row, SubmissionRow) and row.job_id is not None
             if outcome in ("good", "poor", "failed"):
-                assert repo.claim_submission(
+                assert claim_submission(
                     session=session, submission_id=row.id, job_id=row.job_id, worker="t"
                 )
             if outcome == "failed":
-                assert repo.mark_failed(
+                assert mark_failed(
                     session=session,
                     submission_id=row.id,
                     job_id=row.job_id,
@@ -103,7 +117,7 @@ class Scenario:
                 )
             elif outcome in ("good", "poor"):
                 report, view = self._report(good=outcome == "good")
-                assert repo.record_grading(
+                assert record_grading(
                     session=session,
                     submission_id=row.id,
                     job_id=row.job_id,
@@ -128,7 +142,7 @@ class Scenario:
 
     def certify(self, student: Account, instructor: Account, label: str) -> None:
         with session_scope(self.engine) as session:
-            row = repo.get_submission(session=session, submission_id=self.ids[label])
+            row = get_submission(session=session, submission_id=self.ids[label])
             assert row is not None and row.current_grading_id is not None
             session.add(
                 CertificateRow(
@@ -233,7 +247,7 @@ def test_a_rerun_of_a_collected_archive_keeps_the_earlier_results(
     submission_id = s.ids["ann-middle"]
     before = submission_row(engine, submission_id)
     with session_scope(engine) as session:
-        assert repo.requeue(
+        assert requeue(
             session=session,
             submission_id=submission_id,
             expected_status=SubmissionStatus.GRADED,

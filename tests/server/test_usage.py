@@ -13,10 +13,11 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 
-from grader.db import repository as repo
 from grader.db.engine import session_scope
+from grader.db.submissions import create_submission, mark_failed
 from grader.db.tables import FailureKind, SubmissionRow, SubmissionStatus, utcnow
 from grader.db.usage import LimitKind, LimitReached, usage
+from grader.db.users import get_user
 from grader.settings import Settings
 from grader.storage import ArchiveStore
 from tests.conftest import write_case_set
@@ -104,10 +105,10 @@ def test_parallel_uploads_cannot_overshoot_the_storage_budget(
     def insert() -> None:
         barrier.wait()
         with session_scope(engine) as session:
-            user = repo.get_user(session=session, user_id=student.id)
+            user = get_user(session=session, user_id=student.id)
             assert user is not None
             outcomes.append(
-                repo.create_submission(
+                create_submission(
                     session=session,
                     user=user,
                     filename="a.zip",
@@ -171,10 +172,10 @@ def test_usage_counts_each_limit_over_a_rolling_day(engine: Engine, student: Acc
         (FailureKind.AGENT_START, 320, timedelta(hours=25)),  # outside the window
     ]
     with session_scope(engine) as session:
-        user = repo.get_user(session=session, user_id=student.id)
+        user = get_user(session=session, user_id=student.id)
         assert user is not None
         for kind, size, age in rows:
-            created = repo.create_submission(
+            created = create_submission(
                 session=session,
                 user=user,
                 filename="a.zip",
@@ -186,7 +187,7 @@ def test_usage_counts_each_limit_over_a_rolling_day(engine: Engine, student: Acc
             )
             assert isinstance(created, SubmissionRow)
             if kind is not None:
-                assert repo.mark_failed(
+                assert mark_failed(
                     session=session, submission_id=created.id, job_id=None, kind=kind, reason="x"
                 )
     with session_scope(engine) as session:

@@ -10,8 +10,9 @@ from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from grader.db import repository as repo
 from grader.db.engine import session_scope
+from grader.db.results import eval_records, get_grading, list_gradings
+from grader.db.submissions import claim_submission, quota_used, requeue
 from grader.db.tables import FailureKind, SubmissionStatus, utcnow
 from grader.settings import Settings, SettingsError
 from grader.storage import ArchiveStore
@@ -36,7 +37,7 @@ def service(settings: Settings, engine: Engine) -> GradingService:
 
 def grading_count(engine: Engine, submission_id: str) -> int:
     with Session(engine) as session:
-        return len(repo.list_gradings(session=session, submission_id=submission_id))
+        return len(list_gradings(session=session, submission_id=submission_id))
 
 
 def test_a_job_grades_its_submission_once_and_a_repeat_does_nothing(
@@ -65,8 +66,8 @@ def test_results_and_eval_records_are_written_together(
     row = submission_row(engine, submission_id)
     with Session(engine) as session:
         assert row.current_grading_id is not None
-        grading = repo.get_grading(session=session, grading_id=row.current_grading_id)
-        records = repo.eval_records(session=session, grading_id=row.current_grading_id)
+        grading = get_grading(session=session, grading_id=row.current_grading_id)
+        records = eval_records(session=session, grading_id=row.current_grading_id)
     assert grading is not None and grading.version == 1 and grading.decision == "awarded"
     assert grading.student_view["overall"] == {"passed": 3, "total": 3}
     assert len(records) == 3
@@ -95,7 +96,7 @@ def test_agent_that_cannot_start_fails_with_its_reason_and_frees_the_quota(
     assert row.failure_reason is not None
     assert "failed to start" in row.failure_reason and "torch" in row.failure_reason
     with Session(engine) as session:
-        used, _ = repo.quota_used(session=session, user_id=student.id, now=utcnow())
+        used, _ = quota_used(session=session, user_id=student.id, now=utcnow())
     assert used == 0
 
 
@@ -125,10 +126,10 @@ def test_results_of_a_job_that_lost_its_lease_are_discarded(
     old_job = submission_row(engine, submission_id).job_id
     assert old_job is not None
     with session_scope(engine) as session:
-        assert repo.claim_submission(
+        assert claim_submission(
             session=session, submission_id=submission_id, job_id=old_job, worker="stalled"
         )
-        assert repo.requeue(
+        assert requeue(
             session=session,
             submission_id=submission_id,
             expected_status=SubmissionStatus.RUNNING,
@@ -185,7 +186,7 @@ def test_reconciler_requeues_a_running_submission_with_a_stale_lease(
         job_id = submission_row(engine, submission_id).job_id
         assert job_id is not None
         with session_scope(engine) as session:
-            assert repo.claim_submission(
+            assert claim_submission(
                 session=session, submission_id=submission_id, job_id=job_id, worker="doomed"
             )
         fresh = reconcile(engine=engine, queue=queue, settings=settings)

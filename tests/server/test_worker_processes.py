@@ -16,7 +16,8 @@ from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from grader.db import repository as repo
+from grader.db.results import eval_records, list_gradings
+from grader.db.submissions import get_submission
 from grader.db.tables import SubmissionStatus
 from grader.sandbox.process import CGROUP_PARENT, CGROUP_ROOT
 from grader.settings import Settings
@@ -60,13 +61,13 @@ def run_cgroups_of(worker_pid: int) -> list[Path]:
 def assert_graded_exactly_once(engine: Engine, submission_ids: list[str]) -> None:
     with Session(engine) as session:
         for submission_id in submission_ids:
-            row = repo.get_submission(session=session, submission_id=submission_id)
+            row = get_submission(session=session, submission_id=submission_id)
             assert row is not None and row.status == SubmissionStatus.GRADED, row
-            gradings = repo.list_gradings(session=session, submission_id=submission_id)
+            gradings = list_gradings(session=session, submission_id=submission_id)
             assert [g.version for g in gradings] == [1]
             assert row.current_grading_id == gradings[0].id
             assert gradings[0].id is not None
-            assert len(repo.eval_records(session=session, grading_id=gradings[0].id)) == 3
+            assert len(eval_records(session=session, grading_id=gradings[0].id)) == 3
             assert gradings[0].decision == "awarded"
 
 

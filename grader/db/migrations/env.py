@@ -5,8 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlmodel import SQLModel
 
-import grader.db.instructor  # the instructor console's tables (issue 5)
-import grader.db.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+import grader.db.tables  # noqa: F401  (registers every table on SQLModel.metadata)
 
 config = context.config
 target_metadata = SQLModel.metadata

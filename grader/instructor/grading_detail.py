@@ -64,7 +64,7 @@ def slice_summary(report: GradeReport, cases: Mapping[str, Case]) -> dict[str, d
     return {name: tallies[name].as_dict() for name in sorted(tallies)}
 
 
-def submission_detail(
+def grading_detail(
     report: GradeReport, *, cases: Mapping[str, Case], current_version: str | None
 ) -> dict[str, Any]:
     """The instructor view (DESIGN §11) plus summaries and the case-set version check."""
@@ -75,4 +75,12 @@ def submission_detail(
     view["outdated"] = current_version is not None and report.versions.case_set != current_version
     for row in view["cases"]:
         row["in_current_set"] = row["case_id"] in cases
+    if view.get("retrieval"):
+        view["retrieval"] = retrieval_summary(view["retrieval"])
     return view
+
+
+def retrieval_summary(means: Mapping[str, float]) -> dict[str, float | int]:
+    """The stored retrieval means with ``cases`` (how many cases reported a ranking) as the
+    count it is: stored beside the means as a float, it read "cases 17.00" on the page."""
+    return {name: int(value) if name == "cases" else value for name, value in means.items()}

@@ -1,19 +1,16 @@
-"""Repository functions: every read and write of the tables goes through here.
-
-All functions take the session as a keyword (``*, session``) and never commit: the caller owns
-the transaction (see :func:`grader.db.engine.session_scope`), so several calls can form one.
+"""Submissions: intake under the daily limits, and the grading lifecycle.
 
 State changes of a submission are compare-and-set updates guarded by its ``job_id`` (a fencing
 token): a worker whose lease was taken over — because it stalled and the reconciler re-queued
 the submission — can no longer claim, heartbeat, fail or record results for it, so each
 submission ends with exactly one current result set whatever the timing.
+
+Every function takes the session as a keyword and never commits (the caller owns the
+transaction).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -22,109 +19,27 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from grader.core.models import (
-    Answer,
-    CaseKind,
-    CaseResult,
-    CertificateDecision,
-    Decision,
-    Diagnosis,
-    ErrorKind,
-    Gate,
-    GradeReport,
-    Versions,
-)
+from grader.core.models import GradeReport
 
+from .results import add_grading
 from .tables import (
-    EvalRecordRow,
     FailureKind,
     GradingRow,
     GradingTrigger,
-    Role,
     SubmissionRow,
     SubmissionStatus,
     UserRow,
     utcnow,
 )
 from .usage import WINDOW, LimitReached, UploadLimits, check_upload, usage
+from .users import lock_user
 
-TOKEN_PREFIX = "grd_"
 #: The daily quota is a rolling window of this length.
 QUOTA_WINDOW = WINDOW
 
 
-class UserExists(Exception):
-    """A user of that name already exists."""
-
-
 # --------------------------------------------------------------------------------------------
-# Users and tokens
-
-
-def new_token() -> str:
-    """A fresh bearer token: 256 random bits, URL-safe."""
-    return TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-
-def hash_token(token: str) -> str:
-    """What is stored for a token: hex SHA-256 (enough for a high-entropy random token)."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def create_user(*, session: Session, name: str, role: Role) -> tuple[UserRow, str]:
-    """Add a user and return it with its token (the only time the token exists in clear)."""
-    if session.exec(select(UserRow).where(UserRow.name == name)).first() is not None:
-        raise UserExists(name)
-    token = new_token()
-    user = UserRow(name=name, role=role.value, token_hash=hash_token(token))
-    session.add(user)
-    session.flush()
-    return user, token
-
-
-def rotate_token(*, session: Session, user: UserRow) -> str:
-    """Give ``user`` a new token; the old one (and sessions signed for it) stop working."""
-    token = new_token()
-    user.token_hash = hash_token(token)
-    session.add(user)
-    session.flush()
-    return token
-
-
-def end_sessions(*, session: Session, user_id: int) -> None:
-    """Bump the user's session generation: every page session signed before it stops working."""
-    session.exec(
-        sa.update(UserRow)
-        .where(col(UserRow.id) == user_id)
-        .values(session_generation=UserRow.session_generation + 1)
-    )
-
-
-def find_user_by_token(*, session: Session, token: str) -> UserRow | None:
-    """The active user holding ``token``, compared in constant time, or None."""
-    if not token or len(token) > 200:
-        return None
-    digest = hash_token(token)
-    user = session.exec(select(UserRow).where(UserRow.token_hash == digest)).first()
-    if user is None or not user.active or not hmac.compare_digest(user.token_hash, digest):
-        return None
-    return user
-
-
-def get_user(*, session: Session, user_id: int) -> UserRow | None:
-    return session.get(UserRow, user_id)
-
-
-def get_user_by_name(*, session: Session, name: str) -> UserRow | None:
-    return session.exec(select(UserRow).where(UserRow.name == name)).first()
-
-
-def list_users(*, session: Session) -> Sequence[UserRow]:
-    return session.exec(select(UserRow).order_by(col(UserRow.name))).all()
-
-
-# --------------------------------------------------------------------------------------------
-# Submissions: intake and quota
+# Intake and quota
 
 
 def new_id() -> str:
@@ -159,7 +74,7 @@ def create_submission(
     """
     now = now or utcnow()
     assert user.id is not None
-    session.exec(sa.update(UserRow).where(col(UserRow.id) == user.id).values(active=UserRow.active))
+    lock_user(session=session, user_id=user.id)
     limits = UploadLimits(
         submissions=daily_limit, storage_bytes=storage_budget, failed_starts=failed_start_limit
     )
@@ -227,10 +142,10 @@ def list_submissions(
 
 
 # --------------------------------------------------------------------------------------------
-# Submissions: grading lifecycle (compare-and-set on status and job id)
+# Grading lifecycle (compare-and-set on status and job id)
 
 
-def _cas(
+def compare_and_set(
     session: Session, submission_id: str, *, where: Sequence[Any], values: dict[str, Any]
 ) -> bool:
     result = session.exec(
@@ -242,7 +157,7 @@ def _cas(
     return bool(result.rowcount == 1)
 
 
-def _leased_to(job_id: str) -> list[Any]:
+def leased_to(job_id: str) -> list[Any]:
     """Conditions: the submission is running under ``job_id``'s lease."""
     return [
         col(SubmissionRow.status) == SubmissionStatus.RUNNING.value,
@@ -255,7 +170,7 @@ def claim_submission(
 ) -> bool:
     """``queued`` → ``running`` for the job that holds the lease; False if anything else."""
     now = now or utcnow()
-    return _cas(
+    return compare_and_set(
         session,
         submission_id,
         where=[
@@ -276,10 +191,10 @@ def heartbeat(
     *, session: Session, submission_id: str, job_id: str, now: datetime | None = None
 ) -> bool:
     """Refresh the lease; False when this job no longer holds it."""
-    return _cas(
+    return compare_and_set(
         session,
         submission_id,
-        where=_leased_to(job_id),
+        where=leased_to(job_id),
         values={"heartbeat_at": now or utcnow()},
     )
 
@@ -307,7 +222,7 @@ def mark_failed(
     ]
     if job_id is not None:
         where.append(col(SubmissionRow.job_id) == job_id)
-    return _cas(
+    return compare_and_set(
         session,
         submission_id,
         where=where,
@@ -323,11 +238,11 @@ def mark_failed(
 def keep_earlier_results(*, session: Session, submission_id: str, job_id: str) -> bool:
     """A rerun that cannot run (its archive was collected): back to ``graded`` with the result
     set that was current before, if ``job_id`` still holds the lease and there is one."""
-    return _cas(
+    return compare_and_set(
         session,
         submission_id,
         where=[
-            *_leased_to(job_id),
+            *leased_to(job_id),
             col(SubmissionRow.current_grading_id).is_not(None),
         ],
         values={"status": SubmissionStatus.GRADED.value},
@@ -349,7 +264,7 @@ def requeue(
         if old_job_id is None
         else col(SubmissionRow.job_id) == old_job_id
     )
-    return _cas(
+    return compare_and_set(
         session,
         submission_id,
         where=where,
@@ -390,78 +305,14 @@ def stale_running_submissions(
     ).all()
 
 
-# --------------------------------------------------------------------------------------------
-# Result sets and eval records
-
-
-def version_columns(versions: Versions) -> dict[str, Any]:
-    """The measuring-setup columns shared by result sets and eval records."""
-    return {
-        "case_set_version": versions.case_set,
-        "cases_version": versions.cases,
-        "policy_version": versions.policy,
-        "corpus_version": versions.corpus,
-        "grader_version": versions.grader,
-        "sandbox": versions.sandbox,
-        "sandbox_image": versions.sandbox_image,
-        "package_sha256": versions.package_sha256,
-    }
-
-
-def add_grading(
-    *,
-    session: Session,
-    submission_id: str,
-    report: GradeReport,
-    student_view: dict[str, Any],
-    seconds: float,
-    trigger: GradingTrigger,
-    worker: str | None = None,
-    now: datetime | None = None,
-) -> GradingRow:
-    """Insert a result set (next version number) with one eval record per case."""
-    latest = session.exec(
-        select(sa.func.max(GradingRow.version)).where(GradingRow.submission_id == submission_id)
-    ).one()
-    versions = version_columns(report.versions)
-    grading = GradingRow(
-        submission_id=submission_id,
-        version=(latest or 0) + 1,
-        trigger=trigger.value,
-        created_at=now or utcnow(),
-        decision=report.decision.decision.value,
-        reasons=list(report.decision.reasons),
-        student_view=student_view,
-        retrieval=report.retrieval,
-        restarts=report.restarts,
-        seconds=round(seconds, 4),
-        worker=worker,
-        **versions,
+def submission_counts(*, session: Session, student_id: int | None = None) -> dict[int, int]:
+    """How many submissions each student (or one) uploaded, by user id."""
+    query = sa.select(col(SubmissionRow.user_id), sa.func.count()).group_by(
+        col(SubmissionRow.user_id)
     )
-    session.add(grading)
-    session.flush()
-    assert grading.id is not None
-    session.add_all(
-        EvalRecordRow(
-            grading_id=grading.id,
-            submission_id=submission_id,
-            position=position,
-            case_id=result.case_id,
-            kind=result.kind.value,
-            safety=result.safety,
-            passed=result.passed,
-            answer=result.answer.model_dump(mode="json") if result.answer else None,
-            gates={gate.value: passed for gate, passed in result.gates.items()},
-            error_kind=result.error.value if result.error else None,
-            safety_failures=[gate.value for gate in result.safety_failures],
-            diagnosis=result.diagnosis.value if result.diagnosis else None,
-            seconds=result.seconds,
-            **versions,
-        )
-        for position, result in enumerate(report.results)
-    )
-    session.flush()
-    return grading
+    if student_id is not None:
+        query = query.where(col(SubmissionRow.user_id) == student_id)
+    return {int(uid): int(n) for uid, n in session.connection().execute(query)}
 
 
 def record_grading(
@@ -498,10 +349,10 @@ def record_grading(
         worker=worker,
         now=now,
     )
-    won = _cas(
+    won = compare_and_set(
         session,
         submission_id,
-        where=_leased_to(job_id),
+        where=leased_to(job_id),
         values={
             "status": SubmissionStatus.GRADED.value,
             "current_grading_id": grading.id,
@@ -511,99 +362,3 @@ def record_grading(
         },
     )
     return grading if won else None
-
-
-def get_grading(*, session: Session, grading_id: int) -> GradingRow | None:
-    return session.get(GradingRow, grading_id)
-
-
-def list_gradings(*, session: Session, submission_id: str) -> Sequence[GradingRow]:
-    return session.exec(
-        select(GradingRow)
-        .where(GradingRow.submission_id == submission_id)
-        .order_by(col(GradingRow.version))
-    ).all()
-
-
-def eval_records(*, session: Session, grading_id: int) -> Sequence[EvalRecordRow]:
-    return session.exec(
-        select(EvalRecordRow)
-        .where(EvalRecordRow.grading_id == grading_id)
-        .order_by(col(EvalRecordRow.position))
-    ).all()
-
-
-def report_from_records(grading: GradingRow, records: Sequence[EvalRecordRow]) -> GradeReport:
-    """Rebuild the :class:`GradeReport` of a result set from its stored rows."""
-    versions = Versions(
-        case_set=grading.case_set_version,
-        cases=grading.cases_version,
-        policy=grading.policy_version,
-        corpus=grading.corpus_version,
-        grader=grading.grader_version,
-        sandbox=grading.sandbox,
-        sandbox_image=grading.sandbox_image,
-        package_sha256=grading.package_sha256,
-    )
-    results = tuple(
-        CaseResult(
-            case_id=record.case_id,
-            kind=CaseKind(record.kind),
-            safety=record.safety,
-            gates={Gate(name): passed for name, passed in record.gates.items()},
-            error=ErrorKind(record.error_kind) if record.error_kind else None,
-            answer=Answer.from_json_value(record.answer) if record.answer is not None else None,
-            safety_failures=tuple(Gate(name) for name in record.safety_failures),
-            diagnosis=Diagnosis(record.diagnosis) if record.diagnosis else None,
-            seconds=record.seconds,
-        )
-        for record in records
-    )
-    return GradeReport(
-        versions=versions,
-        results=results,
-        decision=CertificateDecision(
-            decision=Decision(grading.decision), reasons=tuple(grading.reasons)
-        ),
-        retrieval=grading.retrieval,
-        restarts=grading.restarts,
-    )
-
-
-def load_report(*, session: Session, grading_id: int) -> GradeReport | None:
-    grading = get_grading(session=session, grading_id=grading_id)
-    if grading is None:
-        return None
-    return report_from_records(grading, eval_records(session=session, grading_id=grading_id))
-
-
-# --------------------------------------------------------------------------------------------
-# Figures for /metrics
-
-
-def status_counts(*, session: Session) -> dict[SubmissionStatus, int]:
-    rows = session.exec(
-        select(SubmissionRow.status, sa.func.count()).group_by(col(SubmissionRow.status))
-    ).all()
-    counts = dict.fromkeys(SubmissionStatus, 0)
-    for status, count in rows:
-        counts[SubmissionStatus(status)] = int(count)
-    return counts
-
-
-def grading_duration_histogram(
-    *, session: Session, buckets: Sequence[float]
-) -> tuple[list[int], int, float]:
-    """Cumulative counts of first gradings with ``seconds <= bucket``, the count, and the sum."""
-    columns = [
-        sa.func.coalesce(sa.func.sum(sa.case((col(GradingRow.seconds) <= bound, 1), else_=0)), 0)
-        for bound in buckets
-    ]
-    query = sa.select(
-        *columns,
-        sa.func.count(),
-        sa.func.coalesce(sa.func.sum(GradingRow.seconds), 0.0),
-    ).where(col(GradingRow.trigger) == GradingTrigger.INITIAL.value)
-    row = session.connection().execute(query).one()
-    values = list(row)
-    return [int(value) for value in values[:-2]], int(values[-2]), float(values[-1])
