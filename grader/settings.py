@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     practice_dir: Path = Path("var/practice")
     #: Course name shown on certificates (empty: the instructor console's default).
     course_name: str = ""
+    #: Open connections one ``grader serve`` process keeps before it stops accepting more
+    #: (a waiting client costs a socket and its buffered body, never a thread).
+    serve_connection_limit: Annotated[int, Field(ge=10)] = 1000
+    #: A connection that sends nothing for this long is closed (idle keep-alive or a stalled
+    #: upload).
+    serve_idle_timeout_seconds: Annotated[int, Field(gt=0)] = 60
 
     @field_validator("rate_limit", "upload_rate_limit")
     @classmethod
