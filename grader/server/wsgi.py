@@ -74,12 +74,12 @@ def _channel_class(max_upload_bytes: int) -> type[HTTPChannel]:
 class WaitressWorker(Worker):  # type: ignore[misc]
     """A gunicorn worker process whose HTTP server is waitress, on gunicorn's listening socket.
 
-    Settings come from the environment (``GRADER_SERVE_*``, read once here, after the fork), the
-    thread count from gunicorn's ``threads``.
+    Settings are ``grader serve``'s (or, under a plain ``gunicorn -k``, read from the
+    environment); the thread count is gunicorn's ``threads``.
     """
 
     def run(self) -> None:
-        settings = Settings()
+        settings = getattr(self.app, "settings", None) or Settings()
         # Everything built so far (modules, the app, its engine) lives as long as the process.
         # Moving it out of the collector's reach keeps full collections from scanning it: they
         # were the longest pauses in the poll tail (README "Serving").
@@ -109,10 +109,13 @@ class WaitressWorker(Worker):  # type: ignore[misc]
         channel_class = _channel_class(settings.max_upload_bytes)
         for listener in listeners:
             listener.channel_class = channel_class
-        # waitress's own loop, one turn at a time, so gunicorn sees this process alive and a
-        # SIGTERM (which clears ``alive``) stops it within a second.
+        # waitress's own loop, one turn at a time, so gunicorn sees this process alive (at most
+        # one heartbeat a second) and a SIGTERM (which clears ``alive``) stops it within one.
+        beat = 0.0
         while self.alive:
-            self.notify()
+            if time.monotonic() - beat >= 1.0:
+                self.notify()
+                beat = time.monotonic()
             wasyncore.loop(timeout=1.0, map=socket_map, use_poll=True, count=1)
             if self.ppid != os.getppid():
                 self.log.info("parent changed, shutting down: %s", self)
