@@ -100,6 +100,12 @@ class Settings(BaseSettings):
     #: A bearer token that may read ``/metrics`` from anywhere (empty: instructors and loopback
     #: only).
     metrics_token: str = ""
+    #: Open connections one ``grader serve`` process keeps before it stops accepting more
+    #: (a waiting client costs a socket and its buffered body, never a thread).
+    serve_connection_limit: Annotated[int, Field(ge=10)] = 1000
+    #: A connection that sends nothing for this long is closed (idle keep-alive or a stalled
+    #: upload).
+    serve_idle_timeout_seconds: Annotated[int, Field(gt=0)] = 60
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -33,7 +33,7 @@ from .metrics import GraderCollector
 from .state import EXTENSION_KEY, CaseSetCache, ServerState, close_read_session
 from .throttle import AuthFailureGuard, TrustedProxies, client_address
 
-__all__ = ["ServerState", "create_app"]
+__all__ = ["ServerState", "create_app", "upload_body_limit"]
 
 #: Room for the multipart envelope around an archive of ``max_upload_bytes``.
 _MULTIPART_OVERHEAD = 64 * 1024
@@ -49,6 +49,11 @@ _SECURITY_HEADERS = {
 }
 
 
+def upload_body_limit(settings: Settings) -> int:
+    """The largest request body accepted: an archive of ``max_upload_bytes`` in its envelope."""
+    return settings.max_upload_bytes + _MULTIPART_OVERHEAD
+
+
 def create_app(
     settings: Settings, *, engine: Engine | None = None, redis: Redis | None = None
 ) -> Flask:
@@ -56,7 +61,7 @@ def create_app(
     app = Flask(__name__)
     app.config.update(
         SECRET_KEY=settings.resolved_secret_key(),
-        MAX_CONTENT_LENGTH=settings.max_upload_bytes + _MULTIPART_OVERHEAD,
+        MAX_CONTENT_LENGTH=upload_body_limit(settings),
         SESSION_COOKIE_NAME="grader_session",
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",

@@ -48,31 +48,32 @@ def _logging() -> None:
     "--workers",
     default=None,
     type=int,
-    help="gunicorn worker processes [default: 2 x CPUs + 1]",
+    help="server processes [default: one per CPU]",
 )
 @click.option("--threads", default=4, show_default=True, type=int, help="threads per process")
 def serve(host: str, port: int, workers: int | None, threads: int) -> None:
-    """Run the web server (gunicorn) after migrating the database."""
+    """Run the web server (gunicorn processes serving with waitress) after migrating."""
     from .wsgi import GraderApplication
 
     _logging()
     settings = _settings()
     engine = make_engine(settings.database_url)
     upgrade_database(engine)
-    engine.dispose()  # each gunicorn process opens its own connections after the fork
+    engine.dispose()  # each server process opens its own connections after the fork
     options: dict[str, Any] = {
         "bind": f"{host}:{port}",
-        "workers": workers or (2 * (os.cpu_count() or 1) + 1),
+        # waitress answers slow clients from its I/O loop, so threads only ever run complete
+        # requests: one process per core keeps both cores busy without oversubscribing them.
+        "workers": workers or os.cpu_count() or 1,
         "threads": threads,
-        "worker_class": "gthread",
+        "worker_class": "grader.server.wsgi.WaitressWorker",
         "timeout": 60,
         "graceful_timeout": 20,
-        "keepalive": 5,
-        "accesslog": "-" if os.environ.get("GRADER_ACCESS_LOG") else None,
         "errorlog": "-",
         "loglevel": "info",
         "proc_name": "grader-serve",
-        "forwarded_allow_ips": os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1"),
+        # gunicorn's control socket is one fixed path per user; several servers would share it.
+        "control_socket_disable": True,
     }
     GraderApplication(settings, options).run()
 

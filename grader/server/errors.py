@@ -24,6 +24,10 @@ MESSAGES = {
 }
 
 
+def too_large_message(max_upload_bytes: int) -> str:
+    return f"upload too large (limit {max_upload_bytes} bytes)"
+
+
 def wants_json() -> bool:
     return request.path.startswith("/api/") or request.path in ("/healthz", "/metrics")
 
@@ -40,7 +44,7 @@ def _respond(status: int, message: str) -> Response:
 def register_error_handlers(app: Flask, *, max_upload_bytes: int) -> None:
     @app.errorhandler(RequestEntityTooLarge)
     def too_large(_exc: RequestEntityTooLarge) -> ResponseReturnValue:
-        return _respond(413, f"upload too large (limit {max_upload_bytes} bytes)")
+        return _respond(413, too_large_message(max_upload_bytes))
 
     @app.errorhandler(CSRFError)
     def csrf_error(_exc: CSRFError) -> ResponseReturnValue:

@@ -495,7 +495,7 @@ def wait_for(condition: Callable[[], Any], *, timeout: float, message: str) -> A
 
 @pytest.fixture
 def live_server(processes: Callable[..., Proc], settings: Settings) -> Callable[..., str]:
-    """Start `grader serve` (gunicorn) and return its base URL once /healthz answers."""
+    """Start `grader serve` and return its base URL once /healthz answers."""
 
     def start(settings_override: Settings | None = None, workers: int = 2) -> str:
         import urllib.request
