@@ -24,7 +24,7 @@ from typing import Any, cast
 import snowballstemmer
 from stop_words import get_stop_words
 
-from .text import ASCII_NON_WORD, normalize, tokens, words_of_normalized
+from .text import ascii_translation, normalize, tokens, translate_ascii, words_of_normalized
 
 LANGUAGES = ("english", "portuguese", "spanish", "french", "german")
 DEFAULT_LANGUAGE = "english"
@@ -35,15 +35,14 @@ _ENDS = ".!?;\u3002\uff0e\uff01\uff1f\uff1b\n\r\u2028\u2029\x0b\x0c\x85"
 _SENTENCE_END = re.compile(f"[{re.escape(_ENDS)}]+")
 # For ASCII text: sentence ends become line breaks and other non-word characters spaces, so
 # str.split does the regex's work (the same sentences and words, several times faster).
-_ASCII_SENTENCES = str.maketrans(
-    {**ASCII_NON_WORD, **{ord(end): "\n" for end in _ENDS if end.isascii()}}
-)
+_ASCII_SENTENCES = ascii_translation(dict.fromkeys(filter(str.isascii, _ENDS), "\n"))
 
 
 def split_sentences(normalized: str) -> list[tuple[str, ...]]:
     """The word tokens of each sentence of normalised text, skipping sentences without words."""
     if normalized.isascii():
-        parts = [part.split() for part in normalized.translate(_ASCII_SENTENCES).split("\n")]
+        ends_marked = translate_ascii(normalized, _ASCII_SENTENCES)
+        parts = [part.split() for part in ends_marked.split("\n")]
         return [tuple(words) for words in parts if words]
     parts2 = (words_of_normalized(part) for part in _SENTENCE_END.split(normalized))
     return [words for words in parts2 if words]
@@ -174,10 +173,11 @@ class AnswerSentences:
 
     __slots__ = ("_starts", "_stems", "sentences")
 
-    def __init__(self, text: str) -> None:
-        self.sentences = split_sentences(normalize(text))
+    def __init__(self, text: str, *, normalized: str | None = None) -> None:
+        """Split ``text``, or its already computed :func:`normalize` form ``normalized``."""
+        self.sentences = split_sentences(normalize(text) if normalized is None else normalized)
         self._starts: list[int] | None = None
-        self._stems: dict[tuple[int, str], frozenset[str]] = {}
+        self._stems: dict[str, list[frozenset[str]]] = {}
 
     def sentence_at(self, token: int) -> int:
         """The sentence holding the answer's ``token``-th word."""
@@ -197,12 +197,13 @@ class AnswerSentences:
         """Every word of the answer, in order (the same as :func:`tokens` of its text)."""
         return tuple(chain.from_iterable(self.sentences))
 
-    def stems(self, sentence: int, language: str) -> frozenset[str]:
-        """Distinct content stems of one sentence, stemmed as ``language``."""
-        key = (sentence, language)
-        found = self._stems.get(key)
+    def stems(self, language: str) -> list[frozenset[str]]:
+        """Distinct content stems of each sentence, stemmed as ``language``."""
+        found = self._stems.get(language)
         if found is None:
-            found = self._stems[key] = content_stem_set(self.sentences[sentence], language)
+            found = self._stems[language] = [
+                content_stem_set(words, language) for words in self.sentences
+            ]
         return found
 
 
@@ -255,7 +256,7 @@ def sentence_supported(
         return False
     window = max(20, 3 * length)
     for document in documents:
-        wanted = answer.stems(sentence, document.language)
+        wanted = answer.stems(document.language)[sentence]
         if not wanted:
             return True  # no content word: the sentence claims nothing that needs support
         # Integer comparison, so 0.6 × 5 words needs exactly 3 (no float rounding surprises).
@@ -271,6 +272,5 @@ def cited_coverage(answer: AnswerSentences, documents: Sequence[SupportIndex]) -
     used: set[str] = set()
     for document in documents:
         vocabulary |= document.stems
-        for sentence in range(len(answer.sentences)):
-            used |= answer.stems(sentence, document.language) & document.stems
+        used |= document.stems.intersection(set().union(*answer.stems(document.language)))
     return len(used), len(vocabulary)

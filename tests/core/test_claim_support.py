@@ -13,6 +13,7 @@ from grader.core.casesets import Corpus, load_case_set, load_corpus
 from grader.core.gates import GATES_VERSION, evaluate_gates
 from grader.core.models import Case, ClaimFailure, Gate, Policy
 from grader.core.support import AnswerSentences, detect_language
+from grader.core.text import tokens
 from grader.exceptions import CaseSetError
 from tests.conftest import PRIVATE_CASES, make_answer, make_case, write_case_set
 
@@ -171,6 +172,21 @@ def test_sentences_split_at_every_documented_end(separator: str) -> None:
     sentences = AnswerSentences(f"Chunks overlap{separator}Vectors embed meaning")
     assert sentences.sentences == [("chunks", "overlap"), ("vectors", "embed", "meaning")]
     assert sentences.sentence_of == [0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Overlap keeps a sentence intact. Vectors embed meaning; done!\nNext line? yes",
+        "A sobreposição mantém a frase — inteira… Não? Sí. Straße。ＡＢ１２；über_alles",
+        "...!!  ;; \n\n",
+        "snake_case, 3.14 and e.g. v2.0 i.e. the end",
+    ],
+)
+def test_sentence_split_and_tokeniser_agree_on_the_words(text: str) -> None:
+    """The sentences' words, in order, are the answer's tokens: the gates that look at
+    sentences and those that look at tokens see the same words (ASCII and Unicode paths)."""
+    assert AnswerSentences(text).words() == tokens(text)
 
 
 @pytest.mark.parametrize(
