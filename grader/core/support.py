@@ -147,7 +147,7 @@ def content_stem_set(words: Sequence[str], language: str) -> frozenset[str]:
 class SupportIndex:
     """A document prepared for located-support and coverage checks."""
 
-    __slots__ = ("language", "positions", "stem_at", "stems")
+    __slots__ = ("frequency", "language", "positions", "stem_at", "stems")
 
     def __init__(self, text: str) -> None:
         words = tokens(text)
@@ -160,6 +160,8 @@ class SupportIndex:
             if stemmed:
                 positions.setdefault(stemmed, []).append(index)
         self.positions = positions
+        #: How often each content stem occurs.
+        self.frequency = {stemmed: len(found) for stemmed, found in positions.items()}
         #: The document's distinct content words (stemmed).
         self.stems = frozenset(positions)
 
@@ -209,13 +211,37 @@ class AnswerSentences:
 
 def window_holds(wanted: frozenset[str], document: SupportIndex, window: int, needed: int) -> bool:
     """True when at least ``needed`` distinct ``wanted`` stems occur together in ``window``
-    consecutive document words: a two-pointer sweep over the merged positions of the wanted
-    stems the document has, stopping as soon as a window holds enough."""
+    consecutive document words."""
     present = wanted & document.stems
     if len(present) < needed:
         return False
     if needed <= 1:
         return True
+    # A window holding ``needed`` of the m present stems misses at most m - needed of them, so
+    # it holds an occurrence of one of the m - needed + 1 rarest ("anchors") and lies within
+    # ``window`` words of it. Around each anchor occurrence the window centred on it is tried
+    # first (an extracted sentence is found there: one slice and one set intersection, in C);
+    # the whole neighbourhood holding enough stems is necessary for any window, so the exact
+    # sweep runs only when some neighbourhood could hold one.
+    ranked = sorted(present, key=document.frequency.__getitem__)
+    stem_at = document.stem_at
+    half = window // 2
+    possible = False
+    for word in ranked[: len(present) - needed + 1]:
+        for anchor in document.positions[word]:
+            start = max(0, anchor - half)
+            if len(present.intersection(stem_at[start : start + window])) >= needed:
+                return True
+            if not possible:
+                start = max(0, anchor - window + 1)
+                neighbourhood = stem_at[start : anchor + window]
+                possible = len(present.intersection(neighbourhood)) >= needed
+    return possible and _sweep(present, document, window, needed)
+
+
+def _sweep(present: frozenset[str], document: SupportIndex, window: int, needed: int) -> bool:
+    """The exact check: a two-pointer sweep over the merged positions of the ``present``
+    stems, stopping as soon as a window holds ``needed`` of them."""
     positions = document.positions
     events: list[int] = []
     for word in present:
