@@ -294,6 +294,11 @@ def sentence_supported(
 
 def cited_coverage(answer: AnswerSentences, documents: Sequence[SupportIndex]) -> tuple[int, int]:
     """(distinct content words of the cited documents the answer uses, how many there are)."""
+    if len(documents) == 1:
+        # The common case, without copying the document's vocabulary.
+        (document,) = documents
+        in_answer = set().union(*answer.stems(document.language))
+        return len(document.stems.intersection(in_answer)), len(document.stems)
     vocabulary: set[str] = set()
     used: set[str] = set()
     for document in documents:
