@@ -6,9 +6,10 @@ stemmer (PyPI ``snowballstemmer``) of the cited document's language, so an answe
 the document it is checked against are always stemmed alike. A document's language is the one
 whose *distinctive* stop words (those in no other list) it uses most; English on a tie.
 
-Per-document structures (stem → token positions, distinct content stems, language) are built
-once per document and memoised by the corpus (:class:`grader.core.casesets.Corpus`), so the
-gate stays a pure function of its inputs while grading thousands of answers against one set.
+Per-document structures (the stem at each token position, stem → positions and frequency,
+distinct content stems, language) are built once per document and memoised by the corpus
+(:class:`grader.core.casesets.Corpus`), so the gate stays a pure function of its inputs while
+grading thousands of answers against one set. Word → stem is memoised per language too.
 """
 
 from __future__ import annotations
