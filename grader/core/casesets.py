@@ -51,7 +51,7 @@ class Corpus(Mapping[str, str]):
         """The tokenised document, built once and reused by every answer that cites it."""
         cached = self._tokens.get(doc_id)
         if cached is None:
-            cached = self._tokens[doc_id] = TokenText(self._documents[doc_id])
+            cached = self._tokens[doc_id] = TokenText(self._documents[doc_id], remember=True)
         return cached
 
     def support_index(self, doc_id: str) -> SupportIndex:

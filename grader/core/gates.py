@@ -16,7 +16,7 @@ from typing import Protocol
 from .models import GATES_BY_KIND, Answer, Case, ClaimFailure, Gate, Policy
 from .refusal import is_refusal
 from .support import AnswerSentences, SupportIndex, cited_coverage, sentence_supported
-from .text import TokenText, contains_any, term_tokens
+from .text import TokenText, contains_any, normalize, term_tokens, words_of_normalized
 
 #: Bumped whenever a gate's meaning changes; part of the case-set version, so results graded
 #: under an older meaning are outdated and the default regrade picks them up.
@@ -38,19 +38,20 @@ class Documents(Protocol):
 
 class GateInput:
     """What every gate reads: the case, the answer, the policy and the corpus, with the answer
-    split into sentences and tokens once for all gates (they agree on its words).
+    normalised and tokenised once for all gates.
 
     A plain slotted class rather than a dataclass with cached properties: it is built for
-    every graded answer, and the lazy parts (cited documents, claim_support's verdict) are
-    computed at most once each.
+    every graded answer, and the lazy parts (sentences, cited documents, claim_support's
+    verdict) are computed at most once each, only for the gates that need them.
     """
 
     __slots__ = (
         "_cited",
         "_claim_checked",
         "_claim_failure",
+        "_normalized",
+        "_sentences",
         "answer",
-        "answer_sentences",
         "answer_text",
         "case",
         "documents",
@@ -62,12 +63,19 @@ class GateInput:
         self.answer = answer
         self.policy = policy
         self.documents = documents
-        self.answer_sentences = AnswerSentences(answer.answer)
-        # Tokenised once, from the sentence split, so both views of the answer agree.
-        self.answer_text = TokenText(answer.answer, words=self.answer_sentences.words())
+        self._normalized = normalize(answer.answer)
+        self.answer_text = TokenText(answer.answer, words=words_of_normalized(self._normalized))
+        self._sentences: AnswerSentences | None = None
         self._cited: list[str] | None = None
         self._claim_checked = False
         self._claim_failure: ClaimFailure | None = None
+
+    @property
+    def answer_sentences(self) -> AnswerSentences:
+        """The answer split into sentences (their words, in order, are ``answer_text``'s)."""
+        if self._sentences is None:
+            self._sentences = AnswerSentences(self.answer.answer, normalized=self._normalized)
+        return self._sentences
 
     @property
     def cited(self) -> list[str]:
@@ -183,11 +191,11 @@ def concepts_present(x: GateInput) -> bool:
     """Every concept group has an alternative in the answer that a cited document contains:
     part 1 of claim_support, and all of its version 1 (which the gate benchmark times)."""
     cited = [x.documents.token_text(doc) for doc in x.cited]
-    for group in x.case.required_concepts:
-        in_answer = x.answer_text.found(group)
-        if not in_answer or not any(doc.contains(t) for t in in_answer for doc in cited):
-            return False
-    return True
+    answer = x.answer_text
+    return all(
+        any(answer.contains(term) and any(doc.contains(term) for doc in cited) for term in group)
+        for group in x.case.required_concepts
+    )
 
 
 def citation_unique(x: GateInput) -> bool:
@@ -262,7 +270,8 @@ def evaluate_gates(
     gate_input = GateInput(case, answer, policy, documents)
     gates = {gate: functions[gate](gate_input) for gate in GATES_BY_KIND[case.kind]}
     failure = None
-    if Gate.CLAIM_SUPPORT in gates and not gates[Gate.CLAIM_SUPPORT]:
+    # The reason is claim_support's (v2); the benchmark's v1 functions have none to give.
+    if gates.get(Gate.CLAIM_SUPPORT) is False and functions[Gate.CLAIM_SUPPORT] is claim_support:
         failure = gate_input.claim_failure
     return gates, failure
 

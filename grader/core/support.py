@@ -6,9 +6,10 @@ stemmer (PyPI ``snowballstemmer``) of the cited document's language, so an answe
 the document it is checked against are always stemmed alike. A document's language is the one
 whose *distinctive* stop words (those in no other list) it uses most; English on a tie.
 
-Per-document structures (stem → token positions, distinct content stems, language) are built
-once per document and memoised by the corpus (:class:`grader.core.casesets.Corpus`), so the
-gate stays a pure function of its inputs while grading thousands of answers against one set.
+Per-document structures (the stem at each token position, stem → positions and frequency,
+distinct content stems, language) are built once per document and memoised by the corpus
+(:class:`grader.core.casesets.Corpus`), so the gate stays a pure function of its inputs while
+grading thousands of answers against one set. Word → stem is memoised per language too.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, cast
 import snowballstemmer
 from stop_words import get_stop_words
 
-from .text import ASCII_NON_WORD, normalize, tokens, words_of_normalized
+from .text import ascii_translation, normalize, tokens, translate_ascii, words_of_normalized
 
 LANGUAGES = ("english", "portuguese", "spanish", "french", "german")
 DEFAULT_LANGUAGE = "english"
@@ -35,15 +36,14 @@ _ENDS = ".!?;\u3002\uff0e\uff01\uff1f\uff1b\n\r\u2028\u2029\x0b\x0c\x85"
 _SENTENCE_END = re.compile(f"[{re.escape(_ENDS)}]+")
 # For ASCII text: sentence ends become line breaks and other non-word characters spaces, so
 # str.split does the regex's work (the same sentences and words, several times faster).
-_ASCII_SENTENCES = str.maketrans(
-    {**ASCII_NON_WORD, **{ord(end): "\n" for end in _ENDS if end.isascii()}}
-)
+_ASCII_SENTENCES = ascii_translation(dict.fromkeys(filter(str.isascii, _ENDS), "\n"))
 
 
 def split_sentences(normalized: str) -> list[tuple[str, ...]]:
     """The word tokens of each sentence of normalised text, skipping sentences without words."""
     if normalized.isascii():
-        parts = [part.split() for part in normalized.translate(_ASCII_SENTENCES).split("\n")]
+        ends_marked = translate_ascii(normalized, _ASCII_SENTENCES)
+        parts = [part.split() for part in ends_marked.split("\n")]
         return [tuple(words) for words in parts if words]
     parts2 = (words_of_normalized(part) for part in _SENTENCE_END.split(normalized))
     return [words for words in parts2 if words]
@@ -148,7 +148,7 @@ def content_stem_set(words: Sequence[str], language: str) -> frozenset[str]:
 class SupportIndex:
     """A document prepared for located-support and coverage checks."""
 
-    __slots__ = ("language", "positions", "stem_at", "stems")
+    __slots__ = ("frequency", "language", "positions", "stem_at", "stems")
 
     def __init__(self, text: str) -> None:
         words = tokens(text)
@@ -161,6 +161,8 @@ class SupportIndex:
             if stemmed:
                 positions.setdefault(stemmed, []).append(index)
         self.positions = positions
+        #: How often each content stem occurs.
+        self.frequency = {stemmed: len(found) for stemmed, found in positions.items()}
         #: The document's distinct content words (stemmed).
         self.stems = frozenset(positions)
 
@@ -174,10 +176,11 @@ class AnswerSentences:
 
     __slots__ = ("_starts", "_stems", "sentences")
 
-    def __init__(self, text: str) -> None:
-        self.sentences = split_sentences(normalize(text))
+    def __init__(self, text: str, *, normalized: str | None = None) -> None:
+        """Split ``text``, or its already computed :func:`normalize` form ``normalized``."""
+        self.sentences = split_sentences(normalize(text) if normalized is None else normalized)
         self._starts: list[int] | None = None
-        self._stems: dict[tuple[int, str], frozenset[str]] = {}
+        self._stems: dict[str, list[frozenset[str]]] = {}
 
     def sentence_at(self, token: int) -> int:
         """The sentence holding the answer's ``token``-th word."""
@@ -197,24 +200,49 @@ class AnswerSentences:
         """Every word of the answer, in order (the same as :func:`tokens` of its text)."""
         return tuple(chain.from_iterable(self.sentences))
 
-    def stems(self, sentence: int, language: str) -> frozenset[str]:
-        """Distinct content stems of one sentence, stemmed as ``language``."""
-        key = (sentence, language)
-        found = self._stems.get(key)
+    def stems(self, language: str) -> list[frozenset[str]]:
+        """Distinct content stems of each sentence, stemmed as ``language``."""
+        found = self._stems.get(language)
         if found is None:
-            found = self._stems[key] = content_stem_set(self.sentences[sentence], language)
+            found = self._stems[language] = [
+                content_stem_set(words, language) for words in self.sentences
+            ]
         return found
 
 
 def window_holds(wanted: frozenset[str], document: SupportIndex, window: int, needed: int) -> bool:
     """True when at least ``needed`` distinct ``wanted`` stems occur together in ``window``
-    consecutive document words: a two-pointer sweep over the merged positions of the wanted
-    stems the document has, stopping as soon as a window holds enough."""
+    consecutive document words."""
     present = wanted & document.stems
     if len(present) < needed:
         return False
     if needed <= 1:
         return True
+    # A window holding ``needed`` of the m present stems misses at most m - needed of them, so
+    # it holds an occurrence of one of the m - needed + 1 rarest ("anchors") and lies within
+    # ``window`` words of it. Around each anchor occurrence the window centred on it is tried
+    # first (an extracted sentence is found there: one slice and one set intersection, in C);
+    # the whole neighbourhood holding enough stems is necessary for any window, so the exact
+    # sweep runs only when some neighbourhood could hold one.
+    ranked = sorted(present, key=document.frequency.__getitem__)
+    stem_at = document.stem_at
+    half = window // 2
+    possible = False
+    for word in ranked[: len(present) - needed + 1]:
+        for anchor in document.positions[word]:
+            start = max(0, anchor - half)
+            if len(present.intersection(stem_at[start : start + window])) >= needed:
+                return True
+            if not possible:
+                start = max(0, anchor - window + 1)
+                neighbourhood = stem_at[start : anchor + window]
+                possible = len(present.intersection(neighbourhood)) >= needed
+    return possible and _sweep(present, document, window, needed)
+
+
+def _sweep(present: frozenset[str], document: SupportIndex, window: int, needed: int) -> bool:
+    """The exact check: a two-pointer sweep over the merged positions of the ``present``
+    stems, stopping as soon as a window holds ``needed`` of them."""
     positions = document.positions
     events: list[int] = []
     for word in present:
@@ -255,7 +283,7 @@ def sentence_supported(
         return False
     window = max(20, 3 * length)
     for document in documents:
-        wanted = answer.stems(sentence, document.language)
+        wanted = answer.stems(document.language)[sentence]
         if not wanted:
             return True  # no content word: the sentence claims nothing that needs support
         # Integer comparison, so 0.6 × 5 words needs exactly 3 (no float rounding surprises).
@@ -267,10 +295,14 @@ def sentence_supported(
 
 def cited_coverage(answer: AnswerSentences, documents: Sequence[SupportIndex]) -> tuple[int, int]:
     """(distinct content words of the cited documents the answer uses, how many there are)."""
+    if len(documents) == 1:
+        # The common case, without copying the document's vocabulary.
+        (document,) = documents
+        in_answer = set().union(*answer.stems(document.language))
+        return len(document.stems.intersection(in_answer)), len(document.stems)
     vocabulary: set[str] = set()
     used: set[str] = set()
     for document in documents:
         vocabulary |= document.stems
-        for sentence in range(len(answer.sentences)):
-            used |= answer.stems(sentence, document.language) & document.stems
+        used |= document.stems.intersection(set().union(*answer.stems(document.language)))
     return len(used), len(vocabulary)

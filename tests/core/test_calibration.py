@@ -92,4 +92,11 @@ def test_claim_support_agrees_with_the_human_labels(
     for item, verdict in zip(items, verdicts, strict=True):
         if verdict != item["supported"]:
             print(f"  disagree {item['id']}: label {item['supported']}, gate {verdict}")
+    # For comparison (README): DESIGN §5's stated thresholds, and its literal minimum rule.
+    for name, policy in (
+        ("DESIGN's defaults (0.6, 120)", Policy(sentence_support=0.6, max_answer_words=120)),
+        ("concept sentences only", Policy(support_every_sentence=False)),
+    ):
+        other = [gate_says(item, corpus, policy) for item in items]
+        print(f"  {name}: kappa {cohen_kappa_score(labels, other):.3f}")
     assert kappa >= MIN_KAPPA

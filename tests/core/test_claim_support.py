@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ import pytest
 from grader.core.casesets import Corpus, load_case_set, load_corpus
 from grader.core.gates import GATES_VERSION, evaluate_gates
 from grader.core.models import Case, ClaimFailure, Gate, Policy
-from grader.core.support import AnswerSentences, detect_language
+from grader.core.support import AnswerSentences, detect_language, window_holds
+from grader.core.text import tokens
 from grader.exceptions import CaseSetError
 from tests.conftest import PRIVATE_CASES, make_answer, make_case, write_case_set
 
@@ -171,6 +173,47 @@ def test_sentences_split_at_every_documented_end(separator: str) -> None:
     sentences = AnswerSentences(f"Chunks overlap{separator}Vectors embed meaning")
     assert sentences.sentences == [("chunks", "overlap"), ("vectors", "embed", "meaning")]
     assert sentences.sentence_of == [0, 0, 1, 1, 1]
+
+
+def test_window_check_agrees_with_a_scan_of_every_window(corpus: Corpus) -> None:
+    """The fast located-support check (anchored windows, then a sweep) finds a window exactly
+    when scanning every window of the document does, for random stem sets, windows and
+    thresholds (and for sets taken from one passage, as extracted sentences are)."""
+    rng = random.Random(20261201)
+    for doc_id in sorted(corpus):
+        document = corpus.support_index(doc_id)
+        vocabulary = sorted(document.stems)
+        size = len(document.stem_at)
+        for _ in range(150):
+            if rng.random() < 0.5:
+                start = rng.randrange(size)
+                passage = document.stem_at[start : start + rng.randint(3, 40)]
+                wanted = {word for word in passage if word} | {"zzz-not-in-it"}
+            else:
+                wanted = set(rng.sample(vocabulary, rng.randint(1, 12)))
+            wanted_set = frozenset(wanted)
+            window, needed = rng.randint(1, 120), rng.randint(0, len(wanted_set) + 1)
+            scan = needed == 0 or any(
+                len(wanted_set.intersection(document.stem_at[max(0, end - window + 1) : end + 1]))
+                >= needed
+                for end in range(size)
+            )
+            assert window_holds(wanted_set, document, window, needed) is scan
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Overlap keeps a sentence intact. Vectors embed meaning; done!\nNext line? yes",
+        "A sobreposição mantém a frase — inteira… Não? Sí. Straße。ＡＢ１２；über_alles",
+        "...!!  ;; \n\n",
+        "snake_case, 3.14 and e.g. v2.0 i.e. the end",
+    ],
+)
+def test_sentence_split_and_tokeniser_agree_on_the_words(text: str) -> None:
+    """The sentences' words, in order, are the answer's tokens: the gates that look at
+    sentences and those that look at tokens see the same words (ASCII and Unicode paths)."""
+    assert AnswerSentences(text).words() == tokens(text)
 
 
 @pytest.mark.parametrize(

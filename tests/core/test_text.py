@@ -1,7 +1,10 @@
 """Text normalisation and whole-token matching."""
 
+import random
+import re
+
 from grader.core.refusal import is_refusal
-from grader.core.text import TokenText, normalize, tokens
+from grader.core.text import TokenText, normalize, tokens, words_of_normalized
 
 
 def test_normalize_folds_case_accents_and_compatibility_forms() -> None:
@@ -56,3 +59,25 @@ def test_refusal_phrases_in_five_languages() -> None:
 def test_ordinary_answer_is_not_refusal_language() -> None:
     """An explanatory answer is not mistaken for a refusal."""
     assert not is_refusal(TokenText("Chunks overlap so that context is not lost."))
+
+
+def test_fast_tokeniser_matches_the_word_regex_on_every_ascii_character() -> None:
+    """The ASCII fast path splits exactly where ``\\w+`` does, for every ASCII character and
+    random mixes of them (a difference would change which words every gate sees)."""
+    rng = random.Random(20261201)
+    alphabet = [chr(code) for code in range(128)] + ["ab", "Z9", "_", " "] * 16
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert words_of_normalized(text) == tuple(re.findall(r"\w+", text)), repr(text)
+
+
+def test_normalize_strips_accents_anywhere_in_mixed_text() -> None:
+    """Accents are stripped from letters between ASCII text, including combining marks typed
+    separately, while other non-ASCII characters stay."""
+    assert normalize("Ação — cafe\u0301 naïve “x”") == "acao — cafe naive “x”"
+
+
+def test_refusal_phrase_must_be_consecutive_words() -> None:
+    """All the words of a refusal phrase in the answer, but apart, are not a refusal."""
+    assert not is_refusal(TokenText("I know what the scope of the course is; out of it, nothing."))
+    assert is_refusal(TokenText("That is out of scope."))
