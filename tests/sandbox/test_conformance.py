@@ -124,6 +124,12 @@ def leftover_cgroups(label: str) -> list[str]:
     ]
 
 
+def own_staged_copies() -> set[Path]:
+    """The staged copies of this test process's runs (named ``<pid>-<random>``; other graders
+    on the machine stage beside them)."""
+    return {path for path in staging_root().iterdir() if path.name.startswith(f"{os.getpid()}-")}
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
@@ -146,14 +152,14 @@ def run_label(request: pytest.FixtureRequest) -> Iterator[str]:
     runner process may have appeared and survived (others' runs may be going on meanwhile)."""
     label = f"conformance-{request.node.callspec.id}"
     before = runner_processes()
-    staged_before = set(staging_root().iterdir())
+    staged_before = own_staged_copies()
     yield label
     # Killed processes may take a moment to be reaped on a loaded machine.
     survivors = wait_until_gone(lambda: runner_processes() - before, seconds=10)
     assert survivors == set(), "a sandboxed process outlived its run"
     assert leftover_containers(label) == [], "a sandbox container was left behind"
     assert leftover_cgroups(safe_label(label)) == [], "a run's cgroup was left behind"
-    assert set(staging_root().iterdir()) <= staged_before, "a run's staged copy was left behind"
+    assert own_staged_copies() <= staged_before, "a run's staged copy was left behind"
 
 
 def expected_host_uid(sandbox: str) -> int:
