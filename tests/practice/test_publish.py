@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from grader import __version__
-from grader.commandline import EXIT_AUDIT_FAILED
+from grader.cli.helpers import EXIT_AUDIT_FAILED
 from grader.core.casesets import load_case_set
 from grader.core.text import tokens
 from grader.practice.publish import PUBLISHED_CORPUS_COMMENT, PublishError, public_policy_text
