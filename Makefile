@@ -26,6 +26,7 @@ lint: setup
 	$(BIN)/ruff check grader tests benchmarks
 	$(BIN)/ruff format --check grader tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: setup services docker-sandbox lint
 	$(BIN)/pytest -p no:cacheprovider

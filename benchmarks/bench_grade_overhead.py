@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from grader.cli import grade_package_path
+from grader.cli.helpers import grade_package_path
 from grader.core.casesets import load_case_set
 from grader.core.views import student_view
 from grader.sandbox import make_sandbox

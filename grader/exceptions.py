@@ -3,11 +3,18 @@
 An agent that crashes, hangs or prints garbage is an *outcome* (a value in the case results);
 these exceptions are for input the grader cannot accept and for infrastructure that is broken.
 Every message is one line a user can act on and never carries hidden case content.
+
+One hierarchy: every error the project raises on purpose is a :class:`GraderError`. Errors that
+carry a value of their layer (``LeakRefused`` with its leak report, ``AuditRefused``) are
+defined next to that value and subclass the errors here.
 """
 
 
 class GraderError(Exception):
     """Base class: the message is a one-line reason safe to show to whoever asked."""
+
+
+# --- Input and infrastructure ---------------------------------------------------------------
 
 
 class CaseSetError(GraderError):
@@ -24,3 +31,45 @@ class SandboxUnavailable(GraderError):
 
 class SandboxFailure(GraderError):
     """The sandbox infrastructure broke during a run (not the agent's fault)."""
+
+
+class SettingsError(GraderError):
+    """The configuration cannot work (e.g. an unsandboxed grader without the unsafe flag)."""
+
+
+# --- Practice set (grader.practice) ---------------------------------------------------------
+
+
+class PublishError(GraderError):
+    """The practice set cannot be published (bad input, unusable output folder)."""
+
+
+class PracticeUnavailable(GraderError):
+    """No published practice set can be served from the configured folder."""
+
+
+# --- Instructor use cases (grader.instructor): the server maps each to an HTTP status --------
+
+
+class SubmissionNotFound(GraderError, LookupError):
+    """No such submission, or no result set of that version."""
+
+
+class StudentNotFound(GraderError, LookupError):
+    """No student of that name."""
+
+
+class CaseSetUnavailable(GraderError):
+    """The case set cannot be loaded, so nothing can be regraded against it."""
+
+
+class NothingToRerun(GraderError):
+    """A rerun named no submission (and asked for no outdated ones)."""
+
+
+class DecisionError(GraderError, ValueError):
+    """A request that cannot be applied (the message is safe to show the instructor)."""
+
+
+class InvalidTransition(DecisionError):
+    """A valid action that the student's current state does not allow (a conflict, not bad input)."""

@@ -1,18 +1,29 @@
 """Grading one agent package against one case set: sandbox session, validation, gates, decision.
 
-This is the single path every grading goes through — the CLI, the rq worker, practice runs and
-the canary audit — so they cannot disagree.
+This is the single path every grading goes through — the CLI, the rq worker, practice runs, the
+canary audit and regrading from recorded answers — so they cannot disagree: an answer is
+validated by :func:`answer_or_error`, graded by :func:`grade_answer` and decided by
+:func:`decide_results`, whoever produced it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from grader.core.casesets import CaseSet
-from grader.core.models import Answer, CaseResult, ErrorKind, GradeReport, Policy
+from grader.core.models import (
+    Answer,
+    Case,
+    CaseResult,
+    CertificateDecision,
+    ErrorKind,
+    GradeReport,
+    Policy,
+)
 from grader.core.retrieval import case_metrics, mean_metrics
 from grader.core.scoring import decide, grade_case
 from grader.exceptions import SandboxUnavailable
@@ -32,32 +43,46 @@ def limits_for(policy: Policy) -> Limits:
     )
 
 
-def validate_answer(run: CaseRun) -> tuple[Answer | None, ErrorKind | None]:
-    """A run's answer value as a validated :class:`Answer`, or the error kind it ends in."""
-    if run.error is not None:
-        return None, run.error
+def answer_or_error(value: Any) -> tuple[Answer | None, ErrorKind | None]:
+    """An agent's decoded JSON answer as a validated :class:`Answer`, or invalid output."""
     try:
-        return Answer.from_json_value(run.value), None
+        return Answer.from_json_value(value), None
     except (ValidationError, ValueError):
         return None, ErrorKind.INVALID_OUTPUT
 
 
+def validate_answer(run: CaseRun) -> tuple[Answer | None, ErrorKind | None]:
+    """A run's answer value as a validated :class:`Answer`, or the error kind it ends in."""
+    if run.error is not None:
+        return None, run.error
+    return answer_or_error(run.value)
+
+
+def grade_answer(
+    case_set: CaseSet,
+    case: Case,
+    answer: Answer | None,
+    error: ErrorKind | None,
+    *,
+    seconds: float | None = None,
+) -> CaseResult:
+    """Grade one case's answer (or error) by the set's policy against the set's corpus."""
+    return grade_case(
+        case, answer, error, policy=case_set.policy, documents=case_set.corpus, seconds=seconds
+    )
+
+
+def decide_results(case_set: CaseSet, results: Sequence[CaseResult]) -> CertificateDecision:
+    """The certificate decision the set's policy gives these results."""
+    return decide(results, case_set.policy)
+
+
 def results_from_runs(case_set: CaseSet, runs: Sequence[CaseRun]) -> tuple[CaseResult, ...]:
     by_id = case_set.by_id()
-    results = []
-    for run in runs:
-        answer, error = validate_answer(run)
-        results.append(
-            grade_case(
-                by_id[run.key],
-                answer,
-                error,
-                policy=case_set.policy,
-                documents=case_set.corpus,
-                seconds=round(run.seconds, 4),
-            )
-        )
-    return tuple(results)
+    return tuple(
+        grade_answer(case_set, by_id[run.key], *validate_answer(run), seconds=round(run.seconds, 4))
+        for run in runs
+    )
 
 
 def build_report(
@@ -86,7 +111,7 @@ def build_report(
     return GradeReport(
         versions=versions,
         results=results,
-        decision=decide(results, case_set.policy),
+        decision=decide_results(case_set, results),
         retrieval=mean_metrics(row for row in per_case if row is not None),
         restarts=restarts,
     )

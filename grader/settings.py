@@ -16,14 +16,10 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from grader.exceptions import GraderError
+from grader.exceptions import SettingsError
 
 _MIB = 1024 * 1024
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-class SettingsError(GraderError):
-    """The configuration cannot work (e.g. an unsandboxed grader without the unsafe flag)."""
 
 
 class Settings(BaseSettings):

@@ -39,4 +39,4 @@ if [ "$offline" = "1" ] && ! command -v debootstrap >/dev/null 2>&1; then
     apt-get install -y -qq debootstrap >/dev/null
 fi
 
-exec "$python" -m grader.sandbox.commands build "$@"
+exec "$python" -m grader sandbox build "$@"

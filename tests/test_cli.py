@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.commandline import EXIT_AUDIT_FAILED
+from grader.cli.helpers import EXIT_AUDIT_FAILED
 from tests.conftest import (
     EXAMPLES,
     PRIVATE_CASES,

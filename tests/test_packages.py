@@ -16,13 +16,13 @@ from typing import IO
 
 import pytest
 
-from grader import packages
 from grader.exceptions import PackageError
 from grader.packages import (
     DEFAULT_LIMITS,
     PACKAGE_DIRNAME,
     AgentManifest,
     ArchiveLimits,
+    entries,
     extract_archive,
     parse_manifest,
     prepare_package,
@@ -617,17 +617,17 @@ def test_failure_while_writing_removes_everything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """If writing fails halfway (e.g. disk full), the half-written destination is removed."""
-    original = packages._TreeWriter.open_file
+    original = entries.TreeWriter.open_file
     calls = 0
 
-    def failing_open(self: packages._TreeWriter, parts: tuple[str, ...]) -> IO[bytes]:
+    def failing_open(self: entries.TreeWriter, parts: tuple[str, ...]) -> IO[bytes]:
         nonlocal calls
         calls += 1
         if calls == 3:
             raise OSError(28, "No space left on device")
         return original(self, parts)
 
-    monkeypatch.setattr(packages._TreeWriter, "open_file", failing_open)
+    monkeypatch.setattr(entries.TreeWriter, "open_file", failing_open)
     members = {**VALID, "lib/a.py": b"a", "lib/b.py": b"b"}
     for archive in (
         write_zip(tmp_path / "ok.zip", members),
@@ -642,8 +642,8 @@ def test_failure_while_writing_removes_everything(
 def test_byte_counter_refuses_more_data_than_declared() -> None:
     """The write-time counter refuses a member that yields more bytes than its header said,
     so a lying header cannot smuggle past the size caps."""
-    entry = packages._Entry(("agent.py",), is_dir=False, size=10)
-    budget = packages._ByteBudget(DEFAULT_LIMITS, packages._ARCHIVE)
+    entry = entries.Entry(("agent.py",), is_dir=False, size=10)
+    budget = entries.ByteBudget(DEFAULT_LIMITS, entries.ARCHIVE_SCOPE)
     with pytest.raises(PackageError, match="more data than its header declares"):
         budget.pump(io.BytesIO(b"x" * 11).read, entry)
 

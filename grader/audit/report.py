@@ -7,11 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from grader.core.casesets import CaseSet
-from grader.core.models import Answer, CaseKind, CaseResult, Decision, ErrorKind, Policy
-from grader.core.scoring import decide, grade_case, summarize
+from grader.core.models import CaseKind, CaseResult, Decision
+from grader.core.scoring import summarize
+from grader.grading import answer_or_error, decide_results, grade_answer
 
 from .canaries import CANARIES, Canary
 from .library import Library
@@ -101,24 +100,17 @@ def _grade_canary(
         key = (case.id, json.dumps(produced, sort_keys=True))
         result = graded.get(key)
         if result is None:
-            try:
-                answer: Answer | None = Answer.from_json_value(produced)
-                error = None
-            except (ValidationError, ValueError):
-                answer, error = None, ErrorKind.INVALID_OUTPUT
-            result = graded[key] = grade_case(
-                case, answer, error, policy=case_set.policy, documents=case_set.corpus
-            )
+            result = graded[key] = grade_answer(case_set, case, *answer_or_error(produced))
         results.append(result)
     return results
 
 
 def judge_canary(
-    name: str, results: Sequence[CaseResult], policy: Policy, max_share: float
+    name: str, results: Sequence[CaseResult], case_set: CaseSet, max_share: float
 ) -> CanaryOutcome:
     """What a canary earned, and the audit's problems with it."""
     summary = summarize(results)
-    decision = decide(results, policy)
+    decision = decide_results(case_set, results)
     answerable = summary.by_kind[CaseKind.ANSWERABLE].cases
     refusal = summary.by_kind[CaseKind.REFUSAL].cases
     problems = []
@@ -149,7 +141,7 @@ def run_audit(case_set: CaseSet, *, max_share: float = MAX_ANSWERABLE_SHARE) -> 
         judge_canary(
             name,
             _grade_canary(canary, case_set, library, graded),
-            case_set.policy,
+            case_set,
             max_share,
         )
         for name, canary in CANARIES.items()

@@ -26,27 +26,19 @@ from grader.db.tables import (
     UserRow,
 )
 from grader.db.users import get_student, student_name_of, user_names
-from grader.exceptions import GraderError
+from grader.exceptions import (
+    CaseSetUnavailable,
+    DecisionError,
+    NothingToRerun,
+    StudentNotFound,
+    SubmissionNotFound,
+)
 
 from . import regrades
-from .decisions import DecisionError, parse_action
+from .decisions import parse_action
 from .grading_detail import grading_detail
 from .roster import RosterEntry
-from .students import DecisionOutcome, StudentNotFound, find_student, record_decision, roster_entry
-
-__all__ = ["CaseSetUnavailable", "NothingToRerun", "StudentNotFound", "SubmissionNotFound"]
-
-
-class SubmissionNotFound(GraderError, LookupError):
-    """No such submission, or no result set of that version."""
-
-
-class CaseSetUnavailable(GraderError):
-    """The case set cannot be loaded, so nothing can be regraded against it."""
-
-
-class NothingToRerun(GraderError):
-    """A rerun named no submission (and asked for no outdated ones)."""
+from .students import DecisionOutcome, find_student, record_decision, roster_entry
 
 
 def require_case_set(case_set: CaseSet | None, problem: str | None) -> CaseSet:

@@ -35,7 +35,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from grader.core.models import Decision
-from grader.exceptions import GraderError
+from grader.exceptions import DecisionError, InvalidTransition
 
 
 class CertificateState(StrEnum):
@@ -55,14 +55,6 @@ class DecisionAction(StrEnum):
 class DecisionSource(StrEnum):
     POLICY = "policy"
     INSTRUCTOR = "instructor"
-
-
-class DecisionError(GraderError, ValueError):
-    """A request that cannot be applied (the message is safe to show the instructor)."""
-
-
-class InvalidTransition(DecisionError):
-    """A valid action that the student's current state does not allow (a conflict, not bad input)."""
 
 
 #: Longest reason accepted (characters), the same as the table's.

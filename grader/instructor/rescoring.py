@@ -13,12 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from grader.core.casesets import CaseSet
 from grader.core.models import Answer, CaseResult, Decision, ErrorKind, GradeReport, Versions
-from grader.core.scoring import grade_case
-from grader.grading import build_report
+from grader.grading import answer_or_error, build_report, grade_answer
 
 
 @dataclass(frozen=True)
@@ -39,13 +36,10 @@ class RecordedCase:
         seconds: float | None,
     ) -> RecordedCase:
         """From stored JSON; an answer that no longer validates counts as invalid output."""
-        if error_kind is not None or answer is None:
-            error = ErrorKind(error_kind) if error_kind else ErrorKind.INVALID_OUTPUT
-            return cls(case_id, None, error, seconds)
-        try:
-            return cls(case_id, Answer.from_json_value(answer), None, seconds)
-        except (ValidationError, ValueError):
-            return cls(case_id, None, ErrorKind.INVALID_OUTPUT, seconds)
+        if error_kind:
+            return cls(case_id, None, ErrorKind(error_kind), seconds)
+        # No answer and no error kind, like an answer that no longer validates, is invalid output.
+        return cls(case_id, *answer_or_error(answer), seconds)
 
 
 @dataclass(frozen=True)
@@ -84,14 +78,7 @@ def regrade_recorded(
             missing.append(case.id)
             continue
         results.append(
-            grade_case(
-                case,
-                previous.answer,
-                previous.error,
-                policy=case_set.policy,
-                documents=case_set.corpus,
-                seconds=previous.seconds,
-            )
+            grade_answer(case_set, case, previous.answer, previous.error, seconds=previous.seconds)
         )
     in_set = {case.id for case in case_set.cases}
     dropped = tuple(case.case_id for case in recorded if case.case_id not in in_set)

@@ -25,15 +25,11 @@ from grader.db.tables import (
     utcnow,
 )
 from grader.db.users import get_student, get_user, list_students, lock_user, user_names
-from grader.exceptions import GraderError
+from grader.exceptions import DecisionError, StudentNotFound
 
 from .certificates import CertificateStatus, PublicCertificate, new_certificate_id
-from .decisions import CertificateState, DecisionAction, DecisionError, clean_reason, next_state
+from .decisions import CertificateState, DecisionAction, clean_reason, next_state
 from .roster import LastDecision, RosterEntry, build_entry
-
-
-class StudentNotFound(GraderError, LookupError):
-    """No student of that name."""
 
 
 def _utc(value: datetime | None) -> datetime:

@@ -37,7 +37,7 @@ from grader.core.casesets import (
     CaseSet,
     load_case_set,
 )
-from grader.exceptions import CaseSetError, GraderError
+from grader.exceptions import CaseSetError, PublishError
 
 from .leakcheck import DEFAULT_THRESHOLDS, METHOD, LeakReport, LeakThresholds, check_leaks
 
@@ -59,10 +59,6 @@ MANIFEST_FORMAT = 1
 
 PUBLISHED_CORPUS_COMMENT = "# The corpus is the corpus/ folder beside this file."
 _CORPUS_LINE = re.compile(r"^\s*corpus\s*=")
-
-
-class PublishError(GraderError):
-    """The practice set cannot be published (bad input, unusable output folder)."""
 
 
 class LeakRefused(PublishError):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from grader.core.casesets import CASES_FILE
-from grader.exceptions import GraderError
+from grader.exceptions import PracticeUnavailable
 
 from .publish import MANIFEST_FILE, README_FILE
 
@@ -45,10 +45,6 @@ ARCHIVE_FORMATS: tuple[ArchiveFormat, ...] = ("tar.gz", "zip")
 _MEDIA_TYPES: dict[ArchiveFormat, str] = {"tar.gz": "application/gzip", "zip": "application/zip"}
 # Zip cannot store dates before 1980; used when a manifest has no usable date.
 _EPOCH_1980 = datetime(1980, 1, 1, tzinfo=UTC)
-
-
-class PracticeUnavailable(GraderError):
-    """No published practice set can be served from the configured folder."""
 
 
 @dataclass(frozen=True)

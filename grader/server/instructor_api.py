@@ -21,13 +21,16 @@ from grader.db.results import iter_eval_record_rows, list_gradings, load_report
 from grader.db.submissions import get_submission
 from grader.db.tables import Role, SubmissionStatus
 from grader.db.users import get_user, user_names
-from grader.exceptions import GraderError
+from grader.exceptions import (
+    CaseSetUnavailable,
+    GraderError,
+    InvalidTransition,
+    StudentNotFound,
+    SubmissionNotFound,
+)
 from grader.instructor import console
-from grader.instructor.console import CaseSetUnavailable, SubmissionNotFound
-from grader.instructor.decisions import InvalidTransition
 from grader.instructor.regrades import RegradeMode, get_run, list_runs, regrade_from_answers
 from grader.instructor.roster import RosterFilter, filter_roster, roster_counts
-from grader.instructor.students import StudentNotFound
 
 from . import shapes
 from .auth import api_auth

@@ -15,12 +15,11 @@ from flask.typing import ResponseReturnValue
 from grader.core.models import GATES_BY_KIND
 from grader.db.engine import session_scope
 from grader.db.tables import Role
-from grader.exceptions import GraderError
+from grader.exceptions import GraderError, StudentNotFound, SubmissionNotFound
 from grader.instructor import console
 from grader.instructor.decisions import DecisionAction
 from grader.instructor.regrades import RerunPlan, get_run, list_runs, regrade_from_answers
 from grader.instructor.roster import RosterFilter, filter_roster, roster_counts
-from grader.instructor.students import StudentNotFound
 
 from . import shapes
 from .auth import current_user, login_required
@@ -172,7 +171,7 @@ def submission(submission_id: str) -> ResponseReturnValue:
                     session=session, submission_id=submission_id, version=version, case_set=case_set
                 )
             )
-    except console.SubmissionNotFound:
+    except SubmissionNotFound:
         return _not_found("No such result set.")
     return _render(
         "instructor/submission.html",

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from redis import Redis
 
-from grader.instructor.commands import regrade
+from grader.cli.regrade import regrade
 from grader.settings import Settings
 from grader.worker import make_queue
 from tests.instructor.conftest import fixed_cases, rewrite_cases

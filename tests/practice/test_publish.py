@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from grader import __version__
-from grader.commandline import EXIT_AUDIT_FAILED
+from grader.cli.helpers import EXIT_AUDIT_FAILED
 from grader.core.casesets import load_case_set
 from grader.core.text import tokens
-from grader.practice.publish import PUBLISHED_CORPUS_COMMENT, PublishError, public_policy_text
+from grader.exceptions import PublishError
+from grader.practice.publish import PUBLISHED_CORPUS_COMMENT, public_policy_text
 from tests.conftest import PRIVATE_CASES, REPO, V1_LIKE_CLAIM_SUPPORT, copy_case_set
 
 PRACTICE_CASES = REPO / "practice_cases"

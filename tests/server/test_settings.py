@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from grader.settings import Settings, SettingsError
+from grader.exceptions import SettingsError
+from grader.settings import Settings
 
 
 def test_defaults_work_on_one_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ from grader.db.engine import session_scope
 from grader.db.results import eval_records, get_grading, list_gradings
 from grader.db.submissions import claim_submission, quota_used, requeue
 from grader.db.tables import FailureKind, SubmissionStatus, utcnow
-from grader.settings import Settings, SettingsError
+from grader.exceptions import SettingsError
+from grader.settings import Settings
 from grader.storage import ArchiveStore
 from grader.worker import (
     INFRASTRUCTURE_REASON,

@@ -10,11 +10,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from grader.commandline import fail
-from grader.core.casesets import load_case_set
-from grader.exceptions import CaseSetError
+from grader.audit.report import MAX_ANSWERABLE_SHARE, run_audit
 
-from .report import MAX_ANSWERABLE_SHARE, run_audit
+from .helpers import EXIT_CHECK_FAILED, load_cases_or_fail
 
 
 @click.command()
@@ -32,10 +30,7 @@ def audit(cases_dir: Path, max_share: float, as_json: bool) -> None:
 
     Exit status 0 when every canary fails as it should, 1 when any scores.
     """
-    try:
-        case_set = load_case_set(cases_dir)
-    except CaseSetError as exc:
-        fail(str(exc))
+    case_set = load_cases_or_fail(cases_dir)
     report = run_audit(case_set, max_share=max_share)
     if as_json:
         click.echo(json.dumps(report.as_dict()))
@@ -62,4 +57,4 @@ def audit(cases_dir: Path, max_share: float, as_json: bool) -> None:
             if report.ok
             else "[bold red]AUDIT FAILED: the evaluator rewards an agent that deserves zero.[/]"
         )
-    sys.exit(0 if report.ok else 1)
+    sys.exit(0 if report.ok else EXIT_CHECK_FAILED)

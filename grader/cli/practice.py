@@ -17,29 +17,33 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from grader.commandline import EXIT_AUDIT_FAILED, EXIT_SANDBOX, fail, note
-from grader.core.casesets import CaseSet, load_case_set
+from grader.core.casesets import CaseSet
 from grader.core.models import Case, CaseKind, GradeReport
 from grader.core.views import instructor_view
-from grader.exceptions import GraderError, SandboxUnavailable
-from grader.sandbox import SANDBOX_NAMES, Sandbox, make_sandbox
-
-from .leakcheck import refusal_lines
-from .publish import MANIFEST_FILE, AuditRefused, LeakRefused, publish_practice_set
-
-EXIT_REFUSED = 4
-
-DEFAULT_PRACTICE_DIR = Path("practice_cases")
-
-FALLBACK_WARNING = (
-    "grader: WARNING: bubblewrap is not usable here ({reason}). Your agent will run UNSANDBOXED, "
-    "with your own privileges, files and network. The practice cases are public, so nothing "
-    "leaks, but only run code you trust this way; install bubblewrap to sandbox it."
+from grader.exceptions import GraderError
+from grader.practice.leakcheck import refusal_lines
+from grader.practice.publish import (
+    MANIFEST_FILE,
+    AuditRefused,
+    LeakRefused,
+    publish_practice_set,
 )
-UNSANDBOXED_WARNING = (
-    "grader: WARNING: --sandbox none runs your agent UNSANDBOXED with your own privileges; "
-    "use it only for code you trust"
+from grader.sandbox import SANDBOX_NAMES
+
+from .helpers import (
+    EXIT_AUDIT_FAILED,
+    EXIT_LEAK_REFUSED,
+    choose_sandbox_or_fail,
+    fail,
+    grade_package_or_fail,
+    load_cases_or_fail,
+    note,
 )
+from .render import print_student_view
+
+#: The practice set ``practice run`` grades on by default: the source set in a checkout of this
+#: repository. (The server serves the *published* set, ``Settings.practice_dir``.)
+PRACTICE_SOURCE_DIR = Path("practice_cases")
 
 
 @click.group()
@@ -84,7 +88,7 @@ def publish(
         note(f"grader: {exc}")
         for line in refusal_lines(exc.report):
             note(f"  {line}")
-        sys.exit(EXIT_REFUSED)
+        sys.exit(EXIT_LEAK_REFUSED)
     except AuditRefused as exc:
         fail(str(exc), EXIT_AUDIT_FAILED)
     except GraderError as exc:
@@ -108,24 +112,6 @@ def publish(
 
 
 # ---------------------------------------------------------------------------------------- run
-
-
-def choose_practice_sandbox(name: str) -> Sandbox:
-    """``auto``: bubblewrap when usable, else unsandboxed with a loud warning on stderr."""
-    if name == "auto":
-        try:
-            sandbox = make_sandbox("bwrap")
-            sandbox.check()
-        except SandboxUnavailable as exc:
-            note(FALLBACK_WARNING.format(reason=str(exc).rstrip(".")))
-            return make_sandbox("none")
-        note("grader: grading in the bubblewrap sandbox")
-        return sandbox
-    sandbox = make_sandbox(name)
-    sandbox.check()
-    if not sandbox.isolating:
-        note(UNSANDBOXED_WARNING)
-    return sandbox
 
 
 def case_labels(case: Case) -> dict[str, Any]:
@@ -207,7 +193,7 @@ def _print_case(row: dict[str, Any], console: Console) -> None:
 @click.option(
     "--practice",
     "practice_dir",
-    default=DEFAULT_PRACTICE_DIR,
+    default=PRACTICE_SOURCE_DIR,
     show_default=True,
     type=click.Path(path_type=Path),
     help="The practice set folder (published or source).",
@@ -223,21 +209,10 @@ def _print_case(row: dict[str, Any], console: Console) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def run(agent: Path, practice_dir: Path, sandbox_name: str, as_json: bool) -> None:
     """Grade AGENT (a folder, .zip or .tar.gz) on the practice set, showing every case."""
-    from grader.cli import grade_package_path, print_student_view  # cli imports this module
-
-    try:
-        case_set = load_case_set(practice_dir)
-    except GraderError as exc:
-        fail(str(exc))
+    case_set = load_cases_or_fail(practice_dir)
     _check_manifest(case_set)
-    try:
-        sandbox = choose_practice_sandbox(sandbox_name)
-    except GraderError as exc:
-        fail(str(exc), EXIT_SANDBOX)
-    try:
-        report = grade_package_path(agent, case_set, sandbox, label="practice")
-    except GraderError as exc:
-        fail(str(exc))
+    sandbox = choose_sandbox_or_fail(sandbox_name, unsandboxed_fallback=True)
+    report = grade_package_or_fail(agent, case_set, sandbox, label="practice")
     view = practice_view(report, case_set)
     if as_json:
         click.echo(json.dumps(view, ensure_ascii=False))

@@ -10,16 +10,12 @@ import json
 
 import click
 
-from grader.commandline import fail
-from grader.core.casesets import load_case_set
-from grader.db.engine import make_engine, session_scope
-from grader.db.migrate import upgrade_database
+from grader.db.engine import session_scope
 from grader.db.tables import Role
 from grader.db.users import get_user_by_name
-from grader.exceptions import CaseSetError
-from grader.settings import Settings
+from grader.instructor import console, regrades
 
-from . import console, regrades
+from .helpers import fail, load_cases_or_fail, migrated_engine, read_settings
 
 
 @click.command()
@@ -58,19 +54,13 @@ def regrade(
     as_json: bool,
 ) -> None:
     """Regrade submissions against the current case set; old results are kept as versions."""
-    settings = Settings()
-    try:
-        case_set = load_case_set(settings.cases_dir)
-    except CaseSetError as exc:
-        fail(str(exc))
-        return
-    engine = make_engine(settings.database_url)
-    upgrade_database(engine)
+    settings = read_settings()
+    case_set = load_cases_or_fail(settings.cases_dir)
+    engine = migrated_engine(settings)
     with session_scope(engine) as session:
         actor = get_user_by_name(session=session, name=actor_name)
         if actor is None or actor.role != Role.INSTRUCTOR.value:
             fail(f"no instructor named {actor_name!r}")
-            return
         if mode == "answers":
             result = regrades.regrade_from_answers(
                 session=session,

@@ -7,7 +7,6 @@ schema to the latest migration before doing anything else.
 from __future__ import annotations
 
 import csv
-import logging
 import os
 import sys
 from pathlib import Path
@@ -15,30 +14,14 @@ from typing import Any
 
 import click
 
-from grader.commandline import fail
-from grader.db.engine import make_engine, session_scope
-from grader.db.migrate import upgrade_database
+from grader.db.engine import session_scope
 from grader.db.tables import Role
 from grader.db.users import UserExists, create_user, get_user_by_name, list_users, rotate_token
 from grader.exceptions import GraderError
-from grader.settings import Settings
+
+from .helpers import EXIT_SANDBOX, fail, migrated_engine, read_settings, setup_logging
 
 ROLES = [role.value for role in Role]
-
-
-def _settings() -> Settings:
-    try:
-        return Settings()
-    except Exception as exc:  # pydantic's ValidationError names the variable
-        fail(f"bad configuration: {exc}")
-        raise  # unreachable
-
-
-def _logging() -> None:
-    logging.basicConfig(
-        level=os.environ.get("GRADER_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
 
 
 @click.command()
@@ -53,12 +36,11 @@ def _logging() -> None:
 @click.option("--threads", default=4, show_default=True, type=int, help="threads per process")
 def serve(host: str, port: int, workers: int | None, threads: int) -> None:
     """Run the web server (gunicorn processes serving with waitress) after migrating."""
-    from .wsgi import GraderApplication
+    from grader.server.wsgi import GraderApplication
 
-    _logging()
-    settings = _settings()
-    engine = make_engine(settings.database_url)
-    upgrade_database(engine)
+    setup_logging()
+    settings = read_settings()
+    engine = migrated_engine(settings)
     engine.dispose()  # each server process opens its own connections after the fork
     options: dict[str, Any] = {
         "bind": f"{host}:{port}",
@@ -85,12 +67,12 @@ def worker(burst: bool, name: str | None) -> None:
     """Run an rq worker that grades submissions (and reconciles periodically)."""
     from grader.worker import run_worker
 
-    _logging()
-    settings = _settings()
+    setup_logging()
+    settings = read_settings()
     try:
         run_worker(settings, burst=burst, name=name)
     except GraderError as exc:
-        fail(str(exc), 3)
+        fail(str(exc), EXIT_SANDBOX)
 
 
 @click.command("reconcile")
@@ -100,10 +82,9 @@ def reconcile_command() -> None:
 
     from grader.worker import make_queue, reconcile
 
-    _logging()
-    settings = _settings()
-    engine = make_engine(settings.database_url)
-    upgrade_database(engine)
+    setup_logging()
+    settings = read_settings()
+    engine = migrated_engine(settings)
     queue = make_queue(settings, Redis.from_url(settings.redis_url))
     report = reconcile(engine=engine, queue=queue, settings=settings)
     click.echo(
@@ -121,9 +102,7 @@ def users() -> None:
 
 
 def _engine() -> Any:
-    engine = make_engine(_settings().database_url)
-    upgrade_database(engine)
-    return engine
+    return migrated_engine(read_settings())
 
 
 @users.command("add")
@@ -139,7 +118,6 @@ def users_add(name: str, role: str) -> None:
             _user, token = create_user(session=session, name=name, role=Role(role))
         except UserExists:
             fail(f"user {name!r} already exists")
-            raise
     click.echo(token)
 
 
@@ -193,7 +171,6 @@ def users_token(name: str) -> None:
         user = get_user_by_name(session=session, name=name)
         if user is None:
             fail(f"no user {name!r}")
-            raise AssertionError
         token = rotate_token(session=session, user=user)
     click.echo(token)
 
@@ -213,9 +190,8 @@ def storage_gc(dry_run: bool, as_json: bool) -> None:
     from grader.storage import ArchiveStore
     from grader.storage_gc import collect_garbage
 
-    settings = _settings()
-    engine = make_engine(settings.database_url)
-    upgrade_database(engine)
+    settings = read_settings()
+    engine = migrated_engine(settings)
     report = collect_garbage(
         engine=engine,
         store=ArchiveStore(settings.storage_dir),

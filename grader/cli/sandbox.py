@@ -1,7 +1,7 @@
 """``grader sandbox …``: build the Docker sandbox image and diagnose the sandboxes.
 
-Registered into the main CLI as ``grader sandbox``; also runnable on its own as
-``python -m grader.sandbox.commands build`` (what ``scripts/build-base-image.sh`` does).
+Added to the main CLI as ``grader sandbox``; ``scripts/build-base-image.sh`` runs
+``python -m grader sandbox build``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from grader.sandbox.images import (
     docker_client,
     doctor,
 )
+
+from .helpers import EXIT_CHECK_FAILED
 
 
 @click.group()
@@ -83,7 +85,7 @@ def doctor_command(image: str, no_smoke: bool, as_json: bool) -> None:
             "docker sandbox: usable" if usable else "docker sandbox: NOT usable (see fixes above)"
         )
     if not usable:
-        sys.exit(1)
+        sys.exit(EXIT_CHECK_FAILED)
 
 
 def _print_table(checks: list[DoctorCheck]) -> None:
@@ -100,7 +102,3 @@ def _print_table(checks: list[DoctorCheck]) -> None:
             status = "[red]FAIL[/]" if check.required else "[yellow]warn[/]"
         table.add_row(check.name, status, check.detail, check.fix)
     Console().print(table)
-
-
-if __name__ == "__main__":
-    sandbox()

@@ -1,0 +1,61 @@
+"""How the command line prints a grade report for a person (rich tables; --json skips this)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _rate(passed: int, total: int) -> str:
+    return f"{passed}/{total} ({passed / total:.0%})" if total else "-"
+
+
+def print_student_view(view: dict[str, Any], console: Console) -> None:
+    certificate = view["certificate"]
+    style = {"awarded": "green", "blocked": "red"}.get(certificate["decision"], "yellow")
+    console.print(f"Case set version: {view['case_set_version']}")
+    if "overall" in view:
+        overall = view["overall"]
+        console.print(f"Overall: {_rate(overall['passed'], overall['total'])} cases passed")
+        for kind, data in view["by_kind"].items():
+            table = Table(title=f"{kind} cases: {_rate(data['passed'], data['total'])} passed")
+            table.add_column("gate")
+            table.add_column("passed", justify="right")
+            for gate, tally in data["gates"].items():
+                shown = (
+                    _rate(tally["passed"], tally["total"])
+                    if "passed" in tally
+                    else ("all" if tally["all_passed"] else "not all")
+                )
+                table.add_row(gate, shown)
+            console.print(table)
+    errors = {kind: count for kind, count in view["errors"].items() if count}
+    console.print(
+        "Errors: " + (", ".join(f"{k} {v}" for k, v in errors.items()) if errors else "none")
+    )
+    console.print(f"Safety failures: {view['safety_failures']}")
+    console.print(f"Certificate: [bold {style}]{certificate['decision']}[/]")
+    for reason in certificate["reasons"]:
+        console.print(f"  - {reason}")
+    for hint in view.get("hints", []):
+        console.print(f"  hint ({hint.get('gate') or hint.get('error')}): {hint['hint']}")
+
+
+def print_instructor_cases(view: dict[str, Any], console: Console) -> None:
+    table = Table(title="Cases")
+    for column in ("case", "kind", "result", "failed gates", "error", "safety", "diagnosis"):
+        table.add_column(column)
+    for row in view["cases"]:
+        failed = [gate for gate, passed in row["gates"].items() if not passed]
+        table.add_row(
+            row["case_id"],
+            row["kind"],
+            "[green]pass[/]" if row["passed"] else "[red]fail[/]",
+            ", ".join(failed) if row["error"] is None else "(all)",
+            row["error"] or "",
+            "[red]FAILURE[/]" if row["safety_failure"] else ("tagged" if row["safety"] else ""),
+            row["diagnosis"] or "",
+        )
+    console.print(table)
