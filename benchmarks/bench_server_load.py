@@ -56,7 +56,7 @@ from grader.db.engine import make_engine, session_scope  # noqa: E402
 from grader.db.migrate import upgrade_database  # noqa: E402
 from grader.db.tables import Role, SubmissionStatus  # noqa: E402
 from grader.settings import Settings  # noqa: E402
-from grader.worker import GradingService  # noqa: E402
+from grader.worker.service import GradingService  # noqa: E402
 
 GRADER = str(Path(sys.executable).with_name("grader"))
 REFERENCE = REPO / "submissions" / "examples" / "reference"

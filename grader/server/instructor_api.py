@@ -33,7 +33,7 @@ from grader.instructor.decisions import DecisionError, InvalidTransition, parse_
 from grader.instructor.detail import submission_detail
 from grader.instructor.exports import decisions_csv, jsonl
 from grader.instructor.roster import RosterFilter, filter_roster, roster_counts
-from grader.worker import enqueue_grading
+from grader.worker.enqueue import enqueue_grading
 
 from .auth import api_auth, current_user
 from .state import state

@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from grader.db import repository as repo
 from grader.settings import Settings
-from grader.worker import make_queue
+from grader.worker.enqueue import make_queue
 from tests.server.conftest import GRADER_BIN, Account, settings_env, submission_row
 
 

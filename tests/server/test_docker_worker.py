@@ -26,7 +26,7 @@ pytestmark = pytest.mark.docker
 def sandbox_containers(submission_id: str) -> list[Any]:
     client = docker.from_env()
     found = client.containers.list(all=True, filters={"label": f"{ROLE_LABEL}=sandbox"})
-    prefix = f"sub-{submission_id[:12]}-"  # grader.worker.run_label
+    prefix = f"sub-{submission_id[:12]}-"  # grader.worker.service.run_label
     return [c for c in found if c.labels.get(SUBMISSION_LABEL, "").startswith(prefix)]
 
 
