@@ -84,7 +84,7 @@ class DockerSandbox(Sandbox):
 
         The first successful check also removes sandbox containers left over by dead graders.
         """
-        client = self._connect()
+        client = self.connect()
         image_id = ensure_usable(client, self.image)
         _require_default_seccomp(client)
         if not self.runner_path.is_file():
@@ -99,7 +99,7 @@ class DockerSandbox(Sandbox):
 
     def sweep_orphans(self) -> int:
         """Remove sandbox containers whose grader died (see :func:`remove_orphans`)."""
-        removed = remove_orphans(self._connect())
+        removed = remove_orphans(self.connect())
         sweep_staged()  # their staged copies (not counted: no container to report)
         return removed
 
@@ -108,7 +108,7 @@ class DockerSandbox(Sandbox):
         if self.image_id is None:
             self.check()
         assert self.image_id is not None
-        client = self._connect()
+        client = self.connect()
         # Copies under a neutral path: a bind mount shows its source path inside the container.
         staged = stage(spec, runner=self.runner_path)
         try:
@@ -210,7 +210,8 @@ class DockerSandbox(Sandbox):
 
     # ----------------------------------------------------------------- helpers
 
-    def _connect(self) -> docker.DockerClient:
+    def connect(self) -> docker.DockerClient:
+        """The engine client (connected on first use); raises SandboxUnavailable if down."""
         if self._client is not None:
             return self._client
         try:

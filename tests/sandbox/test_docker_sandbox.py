@@ -21,6 +21,7 @@ import pytest
 
 from grader.exceptions import SandboxFailure, SandboxUnavailable
 from grader.sandbox.base import LaunchSpec, Limits
+from grader.sandbox.base_image import BaseRecipe, apt_mirror
 from grader.sandbox.docker import (
     OWNER_LABEL,
     ROLE_LABEL,
@@ -31,7 +32,7 @@ from grader.sandbox.docker import (
     _returncode,
     remove_orphans,
 )
-from grader.sandbox.images import SANDBOX_UID, BaseRecipe, apt_mirror, requirements_listed
+from grader.sandbox.images import SANDBOX_UID, requirements_listed
 
 from .conftest import Driver
 
