@@ -25,7 +25,7 @@ from .base import LaunchSpec
 from .bwrap import BwrapSandbox
 from .docker import DockerSandbox
 from .hardening import SETUP_FIX
-from .images import SANDBOX_IMAGE, SANDBOX_UID, image_is_current
+from .images import SANDBOX_IMAGE, SANDBOX_UID, docker_client, image_is_current
 
 _ENGINE_FIX = "run scripts/docker-engine.sh and grader sandbox build"
 _BUILD_FIX = "run scripts/build-base-image.sh"
@@ -51,7 +51,7 @@ def doctor(image: str = SANDBOX_IMAGE, *, smoke: bool = True) -> list[DoctorChec
     sandbox = DockerSandbox(image)
     checks = [_docker_check(sandbox)]
     if checks[0].ok:
-        checks.append(_freshness_check(sandbox))
+        checks.append(_freshness_check(image))
         if smoke:
             checks.append(_smoke_check(sandbox))
     checks.append(_bwrap_check())
@@ -61,7 +61,7 @@ def doctor(image: str = SANDBOX_IMAGE, *, smoke: bool = True) -> list[DoctorChec
 def _docker_check(sandbox: DockerSandbox) -> DoctorCheck:
     try:
         sandbox.check()
-        version = sandbox.connect().version()
+        version = docker_client(timeout=10).version()
     except (GraderError, docker.errors.DockerException) as exc:
         return DoctorCheck("docker sandbox", False, _one_line(exc), _ENGINE_FIX)
     engine = f"{version.get('Version', '?')} (API {version.get('ApiVersion', '?')})"
@@ -69,9 +69,9 @@ def _docker_check(sandbox: DockerSandbox) -> DoctorCheck:
     return DoctorCheck("docker sandbox", True, f"{sandbox.image} {image_id}, engine {engine}")
 
 
-def _freshness_check(sandbox: DockerSandbox) -> DoctorCheck:
+def _freshness_check(image: str) -> DoctorCheck:
     try:
-        current = image_is_current(sandbox.connect(), sandbox.image)
+        current = image_is_current(docker_client(timeout=10), image)
     except docker.errors.DockerException as exc:
         return DoctorCheck("sandbox image current", False, _one_line(exc), _BUILD_FIX, False)
     if current is None:

@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from grader.db import repository as repo
 from grader.db.tables import SubmissionStatus
-from grader.sandbox.docker import OWNER_LABEL, ROLE_LABEL, SUBMISSION_LABEL
+from grader.sandbox.docker_orphans import OWNER_LABEL, ROLE_LABEL, SUBMISSION_LABEL
 from grader.settings import Settings
 from tests.server.conftest import Account, Proc, honest_agent, submission_row, wait_for
 from tests.server.test_worker_processes import assert_graded_exactly_once, start_worker
