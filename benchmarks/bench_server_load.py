@@ -70,7 +70,7 @@ from grader.db.submissions import claim_submission, get_submission, record_gradi
 from grader.db.tables import Role, SubmissionStatus  # noqa: E402
 from grader.db.users import create_user  # noqa: E402
 from grader.settings import Settings  # noqa: E402
-from grader.worker import GradingService  # noqa: E402
+from grader.worker.service import GradingService  # noqa: E402
 
 GRADER = str(Path(sys.executable).with_name("grader"))
 REFERENCE = REPO / "submissions" / "examples" / "reference"

@@ -11,12 +11,13 @@ import ipaddress
 import os
 import secrets
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from grader.exceptions import SettingsError
+from grader.sandbox.base import SandboxName
 
 _MIB = 1024 * 1024
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -40,7 +41,7 @@ class Settings(BaseSettings):
     storage_dir: Path = Path("var/archives")
     #: ``bwrap`` (bubblewrap; needs nothing but the Debian package) or ``docker``; ``none`` runs
     #: agents unsandboxed and is refused unless ``allow_unsandboxed`` is set.
-    sandbox: Literal["bwrap", "docker", "none"] = "bwrap"
+    sandbox: SandboxName = "bwrap"
     #: GRADER_ALLOW_UNSANDBOXED=1: let ``sandbox = none`` run untrusted code with the worker's
     #: privileges. Never in production.
     allow_unsandboxed: bool = False

@@ -83,7 +83,7 @@ def regrade(
     if mode == "rerun":
         from redis import Redis
 
-        from grader.worker import enqueue_grading, make_queue
+        from grader.worker.enqueue import enqueue_grading, make_queue
 
         queue = make_queue(settings, Redis.from_url(settings.redis_url))
         for submission_id, job_id in plan.jobs:

@@ -15,13 +15,8 @@ import click
 import docker.errors
 
 from grader.exceptions import GraderError
-from grader.sandbox.images import (
-    SANDBOX_IMAGE,
-    DoctorCheck,
-    build_sandbox_image,
-    docker_client,
-    doctor,
-)
+from grader.sandbox.doctor import DoctorCheck, doctor
+from grader.sandbox.images import SANDBOX_IMAGE, build_sandbox_image, docker_client
 
 from .helpers import EXIT_CHECK_FAILED
 

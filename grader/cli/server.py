@@ -65,7 +65,7 @@ def serve(host: str, port: int, workers: int | None, threads: int) -> None:
 @click.option("--name", default=None, help="Worker name (default: rq's).")
 def worker(burst: bool, name: str | None) -> None:
     """Run an rq worker that grades submissions (and reconciles periodically)."""
-    from grader.worker import run_worker
+    from grader.worker.process import run_worker
 
     setup_logging()
     settings = read_settings()
@@ -80,7 +80,8 @@ def reconcile_command() -> None:
     """Re-enqueue submissions whose job was lost (Redis flush, killed worker), once."""
     from redis import Redis
 
-    from grader.worker import make_queue, reconcile
+    from grader.worker.enqueue import make_queue
+    from grader.worker.reconciler import reconcile
 
     setup_logging()
     settings = read_settings()

@@ -1,12 +1,16 @@
-"""Sandboxes for running untrusted agents, behind one interface (:mod:`.base`)."""
+"""Sandboxes for running untrusted agents, behind one interface (:mod:`.base`).
+
+``docker`` (:mod:`.docker`), ``bwrap`` (:mod:`.bwrap`) and ``none`` (:mod:`.none`, unsandboxed);
+the names are listed once, in :data:`.base.SandboxName`.
+"""
 
 from __future__ import annotations
 
+from typing import assert_never
+
 from grader.exceptions import SandboxUnavailable
 
-from .base import AgentProcess, ExitInfo, LaunchSpec, Limits, Sandbox
-
-SANDBOX_NAMES = ("docker", "bwrap", "none")
+from .base import SANDBOX_NAMES, AgentProcess, ExitInfo, LaunchSpec, Limits, Sandbox, SandboxName
 
 __all__ = [
     "SANDBOX_NAMES",
@@ -15,6 +19,7 @@ __all__ = [
     "LaunchSpec",
     "Limits",
     "Sandbox",
+    "SandboxName",
     "make_sandbox",
     "pick_sandbox",
 ]
@@ -22,19 +27,24 @@ __all__ = [
 
 def make_sandbox(name: str) -> Sandbox:
     """The sandbox called ``name`` (not yet checked for usability)."""
-    if name == "bwrap":
-        from .bwrap import BwrapSandbox
-
-        return BwrapSandbox()
+    if name not in SANDBOX_NAMES:
+        raise SandboxUnavailable(
+            f"unknown sandbox '{name}' (choose from {', '.join(SANDBOX_NAMES)})"
+        )
+    # Imported on demand: the Docker SDK and the process launcher are only loaded when used.
     if name == "docker":
         from .docker import DockerSandbox
 
         return DockerSandbox()
-    if name == "none":
-        from .unsafe import UnsandboxedRunner
+    if name == "bwrap":
+        from .bwrap import BwrapSandbox
 
-        return UnsandboxedRunner()
-    raise SandboxUnavailable(f"unknown sandbox '{name}' (choose from {', '.join(SANDBOX_NAMES)})")
+        return BwrapSandbox()
+    if name == "none":
+        from .none import NoSandbox
+
+        return NoSandbox()
+    assert_never(name)
 
 
 def pick_sandbox(preferred: tuple[str, ...] = ("docker", "bwrap")) -> tuple[Sandbox, list[str]]:

@@ -1,4 +1,4 @@
-"""The sandbox interface shared by the bubblewrap, Docker and unsandboxed runners.
+"""The sandbox interface shared by the ``docker``, ``bwrap`` and ``none`` sandboxes.
 
 A sandbox starts the stdlib-only runner (``runner.py``) next to a read-only agent folder and a
 read-only corpus, and hands back an :class:`AgentProcess`: a byte pipe to the runner's stdin
@@ -17,9 +17,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 RUNNER_PATH = Path(__file__).with_name("runner.py")
+
+#: Every sandbox by name: the one list that settings (``GRADER_SANDBOX``), the command line's
+#: ``--sandbox`` and :func:`grader.sandbox.make_sandbox` read. ``none`` runs agents unsandboxed.
+SandboxName = Literal["docker", "bwrap", "none"]
+SANDBOX_NAMES: tuple[SandboxName, ...] = get_args(SandboxName)
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ class AgentProcess(ABC):
 class Sandbox(ABC):
     """A way to run an untrusted agent."""
 
-    name: ClassVar[str]
+    name: ClassVar[SandboxName]
     #: True when the sandbox isolates the agent from the host (network, files, processes).
     isolating: ClassVar[bool] = True
     #: Host folders the agent can read inside this sandbox besides the agent and corpus.

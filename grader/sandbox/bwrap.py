@@ -26,7 +26,7 @@ from grader.exceptions import SandboxUnavailable
 
 from .base import AgentProcess, LaunchSpec, Sandbox
 from .hardening import SANDBOX_USER, SandboxUser, sandbox_user, seccomp_fd, seccomp_program
-from .process import ProcessAgent, runner_env
+from .process import ProcessAgent, runner_env, sweep_run_cgroups
 from .staging import stage, sweep_staged
 
 SANDBOX_PYTHON = "/usr/bin/python3"
@@ -125,8 +125,9 @@ class BwrapSandbox(Sandbox):
         return argv
 
     def sweep_orphans(self) -> int:
-        """Remove the staged copies of graders that died (their processes died with them)."""
-        return sweep_staged()
+        """Remove the run cgroups and staged copies of graders that died (their sandboxes died
+        with them)."""
+        return sweep_run_cgroups() + sweep_staged()
 
     def launch(self, spec: LaunchSpec) -> AgentProcess:
         user = self.run_as()

@@ -15,7 +15,9 @@ space and process count of the user.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import resource
 import secrets
 import select
@@ -31,10 +33,15 @@ from grader.exceptions import SandboxFailure
 
 from .base import AgentProcess, ExitInfo, LaunchSpec
 from .hardening import SandboxUser
-from .staging import StagedRun
+from .staging import StagedRun, pid_alive
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "grader"
+#: A run's cgroup name: its label, a random token, and the pid of the grader that made it (so
+#: :func:`sweep_run_cgroups` can tell an orphan from a live run of another grader).
+_CGROUP_NAME = re.compile(r".+-[0-9a-f]{8}-g(?P<pid>[0-9]+)")
+
+log = logging.getLogger("grader.sandbox")
 
 
 class RunCgroups:
@@ -45,7 +52,7 @@ class RunCgroups:
 
     @classmethod
     def create(cls, label: str, memory_mb: int, pids: int) -> RunCgroups:
-        name = f"{safe_label(label)}-{secrets.token_hex(4)}"
+        name = f"{safe_label(label)}-{secrets.token_hex(4)}-g{os.getpid()}"
         paths: dict[str, Path] = {}
         settings = {
             "memory": {
@@ -115,6 +122,34 @@ class RunCgroups:
                 except OSError:  # still busy: processes are exiting
                     self.kill_all()
                     time.sleep(0.02)
+
+
+def sweep_run_cgroups(root: Path = CGROUP_ROOT) -> int:
+    """Remove run cgroups whose grader process no longer exists; return how many.
+
+    A grader killed mid-run cannot remove its run's cgroups; its sandbox dies with it
+    (bubblewrap's ``--die-with-parent``), but the empty folders stay.
+    """
+    removed = 0
+    for controller in ("memory", "pids"):
+        try:
+            children = list((root / controller / CGROUP_PARENT).iterdir())
+        except OSError:
+            continue
+        for child in children:
+            match = _CGROUP_NAME.fullmatch(child.name)
+            if not child.is_dir() or match is None or pid_alive(int(match["pid"])):
+                continue
+            RunCgroups({controller: child}).kill_all()
+            try:
+                child.rmdir()
+            except OSError as exc:
+                log.warning("could not remove orphan cgroup %s: %s", child, exc)
+                continue
+            removed += 1
+    if removed:
+        log.warning("removed %d sandbox cgroups left by dead graders", removed)
+    return removed
 
 
 def safe_label(label: str) -> str:

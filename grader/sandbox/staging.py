@@ -108,14 +108,21 @@ def sweep_staged() -> int:
         owner = entry.name.partition("-")[0]
         if not owner.isdigit() or int(owner) == os.getpid():
             continue
-        try:
-            os.kill(int(owner), 0)
-        except ProcessLookupError:
+        if not pid_alive(int(owner)):
             StagedRun(entry).remove()
             removed += 1
-        except PermissionError:
-            continue  # alive, as someone else
     return removed
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (the owner of staged copies or run cgroups)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, as someone else
+        return True
+    return True
 
 
 def _copy_tree(source: Path, target: Path) -> None:

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Engine
 from grader.db.engine import make_engine
 from grader.settings import Settings
 from grader.storage import ArchiveStore
-from grader.worker import make_queue
+from grader.worker.enqueue import make_queue
 
 from . import api, certificates, health, instructor_api, instructor_pages, pages, practice
 from .auth import rate_limit_key

@@ -1,7 +1,7 @@
 """Who is calling: a bearer token (API) or a signed session cookie (pages).
 
 Tokens are looked up by their SHA-256 and compared in constant time
-(:func:`grader.db.repository.find_user_by_token`); a token that matches no one counts as a
+(:func:`grader.db.users.find_user_by_token`); a token that matches no one counts as a
 failed authentication of the client's address, and an address over the limit gets 429 before
 its tokens are looked up (:class:`.throttle.AuthFailureGuard`). A page login stores the user id
 and a short fingerprint of the token hash and the user's session generation in Flask's signed

@@ -20,7 +20,7 @@ from grader.instructor.certificates import DEFAULT_COURSE, sign_certificate_id
 from grader.instructor.regrades import RerunPlan
 from grader.instructor.roster import RosterEntry
 from grader.instructor.students import load_roster
-from grader.worker import enqueue_grading
+from grader.worker.enqueue import enqueue_grading
 
 from . import shapes
 from .auth import current_user

@@ -23,7 +23,7 @@ from grader.db.usage import LimitKind, LimitReached, UploadLimits, check_upload
 from grader.exceptions import CaseSetError, PackageError
 from grader.packages import ArchiveLimits, prepare_package
 from grader.storage import UploadTooLarge
-from grader.worker import enqueue_grading
+from grader.worker.enqueue import enqueue_grading
 
 from .state import ServerState
 

@@ -11,7 +11,7 @@ from redis import Redis
 
 from grader.cli.regrade import regrade
 from grader.settings import Settings
-from grader.worker import make_queue
+from grader.worker.enqueue import make_queue
 from tests.instructor.conftest import fixed_cases, rewrite_cases
 from tests.server.conftest import Account
 

@@ -13,6 +13,7 @@ from grader.exceptions import SandboxUnavailable
 from grader.sandbox.base import AgentProcess, LaunchSpec
 from grader.sandbox.bwrap import BwrapSandbox
 from grader.sandbox.hardening import DENIED_SYSCALLS, SANDBOX_USER
+from grader.sandbox.process import CGROUP_PARENT, sweep_run_cgroups
 from grader.sandbox.staging import stage, staging_root, sweep_staged
 
 from .conftest import Driver
@@ -125,3 +126,22 @@ def test_staged_copies_of_a_dead_grader_are_swept(make_spec: MakeSpec) -> None:
         assert staged.root.exists()
     finally:
         staged.remove()
+
+
+def test_run_cgroups_of_a_dead_grader_are_swept(tmp_path: Path) -> None:
+    """Run cgroups marked with a dead grader's pid are removed; a live grader's and foreign
+    folders are kept."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    names = {
+        "orphan": f"sub-0123456789ab-w{dead.pid}-0a1b2c3d-g{dead.pid}",
+        "live": f"sub-0123456789ab-w{os.getpid()}-0a1b2c3d-g{os.getpid()}",
+        "foreign": "someone-elses-group",
+    }
+    for controller in ("memory", "pids"):
+        for name in names.values():
+            (tmp_path / controller / CGROUP_PARENT / name).mkdir(parents=True)
+    assert sweep_run_cgroups(tmp_path) == 2
+    for controller in ("memory", "pids"):
+        left = {path.name for path in (tmp_path / controller / CGROUP_PARENT).iterdir()}
+        assert left == {names["live"], names["foreign"]}

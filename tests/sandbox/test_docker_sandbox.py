@@ -21,17 +21,17 @@ import pytest
 
 from grader.exceptions import SandboxFailure, SandboxUnavailable
 from grader.sandbox.base import LaunchSpec, Limits
-from grader.sandbox.docker import (
+from grader.sandbox.base_image import BaseRecipe, apt_mirror
+from grader.sandbox.docker import DockerSandbox
+from grader.sandbox.docker_orphans import (
     OWNER_LABEL,
     ROLE_LABEL,
     SUBMISSION_LABEL,
-    DockerAgentProcess,
-    DockerSandbox,
-    _owner_token,
-    _returncode,
+    owner_token,
     remove_orphans,
 )
-from grader.sandbox.images import SANDBOX_UID, BaseRecipe, apt_mirror, requirements_listed
+from grader.sandbox.docker_process import DockerAgentProcess, _returncode
+from grader.sandbox.images import SANDBOX_UID, requirements_listed
 
 from .conftest import Driver
 
@@ -425,7 +425,7 @@ def test_remove_orphans_spares_live_owners(
 
     host = socket.gethostname()
     dead = start(f"{host}:999999999:1")  # no such pid: its grader is gone
-    live = start(_owner_token())  # this test process: alive
+    live = start(owner_token())  # this test process: alive
     foreign = start("another-host:1:1")  # cannot tell: keep
     assert remove_orphans(docker_api) == 1
     remaining = {c.id for c in docker_api.containers.list(all=True)}

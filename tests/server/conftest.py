@@ -46,7 +46,9 @@ from grader.db.tables import Role, SubmissionRow
 from grader.db.users import create_user
 from grader.server import create_app
 from grader.settings import Settings
-from grader.worker import GraderWorker, GradingService, make_queue
+from grader.worker.enqueue import make_queue
+from grader.worker.process import GraderWorker
+from grader.worker.service import GradingService
 from tests.conftest import write_case_set
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,8 @@ from grader.db.tables import FailureKind, SubmissionStatus, utcnow
 from grader.server import create_app
 from grader.settings import Settings
 from grader.storage import ArchiveStore
-from grader.worker import make_queue, reconcile
+from grader.worker.enqueue import make_queue
+from grader.worker.reconciler import reconcile
 from tests.server.conftest import (
     CASES,
     Account,

@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from grader.db.users import find_user_by_token, get_user_by_name
 from grader.settings import Settings
-from grader.worker import make_queue
+from grader.worker.enqueue import make_queue
 from tests.server.conftest import GRADER_BIN, Account, settings_env, submission_row
 
 

@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from grader.db.results import list_gradings
 from grader.db.tables import SubmissionStatus
-from grader.sandbox.docker import OWNER_LABEL, ROLE_LABEL, SUBMISSION_LABEL
+from grader.sandbox.docker_orphans import OWNER_LABEL, ROLE_LABEL, SUBMISSION_LABEL
 from grader.settings import Settings
 from tests.server.conftest import Account, Proc, honest_agent, submission_row, wait_for
 from tests.server.test_worker_processes import assert_graded_exactly_once, start_worker
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.docker
 def sandbox_containers(submission_id: str) -> list[Any]:
     client = docker.from_env()
     found = client.containers.list(all=True, filters={"label": f"{ROLE_LABEL}=sandbox"})
-    prefix = f"sub-{submission_id[:12]}-"  # grader.worker.run_label
+    prefix = f"sub-{submission_id[:12]}-"  # grader.worker.service.run_label
     return [c for c in found if c.labels.get(SUBMISSION_LABEL, "").startswith(prefix)]
 
 

@@ -44,7 +44,9 @@ from grader.sandbox.session import CaseRun
 from grader.settings import Settings
 from grader.storage import ArchiveStore
 from grader.storage_gc import collect_garbage
-from grader.worker import GradingService, JobOutcome, ReconcilerThread, make_queue
+from grader.worker.enqueue import make_queue
+from grader.worker.reconciler import ReconcilerThread
+from grader.worker.service import GradingService, JobOutcome
 from tests.server.conftest import GRADER_BIN, Account, settings_env, submission_row, wait_for
 
 GOOD = {

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 from redis import Redis
+from rq.utils import import_attribute
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -17,14 +20,10 @@ from grader.db.tables import FailureKind, SubmissionStatus, utcnow
 from grader.exceptions import SettingsError
 from grader.settings import Settings
 from grader.storage import ArchiveStore
-from grader.worker import (
-    INFRASTRUCTURE_REASON,
-    GradingService,
-    JobOutcome,
-    enqueue_grading,
-    make_queue,
-    reconcile,
-)
+from grader.worker.enqueue import JOB_FUNCTION, enqueue_grading, make_queue
+from grader.worker.process import grade_submission_job
+from grader.worker.reconciler import reconcile
+from grader.worker.service import INFRASTRUCTURE_REASON, GradingService, JobOutcome
 from tests.server.conftest import Account, agent_files, submission_row
 
 
@@ -224,3 +223,26 @@ def test_duplicate_jobs_in_the_queue_grade_once(
     run_worker_burst()
     assert submission_row(engine, submission_id).status == SubmissionStatus.GRADED
     assert grading_count(engine, submission_id) == 1
+
+
+def test_the_web_tier_loads_no_sandbox_backend_and_no_grading_job() -> None:
+    """Importing the web app (which enqueues) loads no sandbox backend, Docker SDK or job body."""
+    loaded = (
+        "grader.worker.service",
+        "grader.worker.process",
+        "grader.worker.reconciler",
+        "grader.sandbox.docker",
+        "grader.sandbox.bwrap",
+        "grader.sandbox.process",
+        "docker",
+    )
+    probe = "import sys, grader.server; print(' '.join(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    modules = set(done.stdout.split())
+    assert "grader.worker.enqueue" in modules  # what the web tier enqueues with
+    assert modules.isdisjoint(loaded)
+
+
+def test_the_job_path_in_queues_resolves_to_the_job_function() -> None:
+    """rq resolves the dotted path every queued job names to the worker's job function."""
+    assert import_attribute(JOB_FUNCTION) is grade_submission_job
