@@ -7,8 +7,7 @@ from pathlib import Path
 import grimp
 import pytest
 
-#: Cycles known and being removed elsewhere, as sorted module tuples. The sandbox one goes with
-#: the split of grader/sandbox/images.py (issue 11); nothing may be added here.
+
 def import_cycles(package: str) -> list[tuple[str, ...]]:
     """Every group of modules that import each other, directly or through others.
 
