@@ -14,6 +14,7 @@ from grader.db.engine import session_scope
 from grader.db.tables import Role
 from grader.db.users import get_user_by_name
 from grader.instructor import console, regrades
+from grader.storage import ArchiveStore
 
 from .helpers import fail, load_cases_or_fail, migrated_engine, read_settings
 
@@ -77,7 +78,11 @@ def regrade(
                 or console.standing(session=session, version=case_set.version).outdated
             )
             plan = regrades.start_rerun(
-                session=session, actor=actor, case_set_version=case_set.version, submission_ids=ids
+                session=session,
+                actor=actor,
+                case_set_version=case_set.version,
+                submission_ids=ids,
+                archive_exists=ArchiveStore(settings.storage_dir).exists,
             )
             body = plan.as_dict()
     if mode == "rerun":

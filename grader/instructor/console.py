@@ -8,7 +8,7 @@ status, the flash message or the exit code. None commits: the caller owns the tr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,6 +222,7 @@ def plan_rerun(
     actor: UserRow,
     submission_ids: list[str] | None,
     outdated: bool,
+    archive_exists: Callable[[str], bool],
 ) -> regrades.RerunPlan:
     """Re-queue the named submissions, or with ``outdated`` every one graded on another
     case-set version; the caller enqueues the plan's jobs after committing."""
@@ -234,4 +235,5 @@ def plan_rerun(
         actor=actor,
         case_set_version=case_set.version,
         submission_ids=submission_ids,
+        archive_exists=archive_exists,
     )

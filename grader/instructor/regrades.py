@@ -10,7 +10,7 @@ rescoring itself is pure (:mod:`.rescoring`); the reads and writes are :mod:`gra
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -237,6 +237,8 @@ class RerunPlan:
     run_id: int
     jobs: tuple[tuple[str, str], ...]
     skipped: tuple[str, ...]
+    #: Graded submissions whose archive the storage gc removed: nothing left to run.
+    archive_gone: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -244,6 +246,7 @@ class RerunPlan:
             "mode": RegradeMode.RERUN.value,
             "queued": [submission_id for submission_id, _ in self.jobs],
             "skipped": list(self.skipped),
+            "archive_gone": list(self.archive_gone),
         }
 
 
@@ -253,11 +256,14 @@ def start_rerun(
     actor: UserRow,
     case_set_version: str,
     submission_ids: Sequence[str],
+    archive_exists: Callable[[str], bool],
     now: datetime | None = None,
 ) -> RerunPlan:
     """Re-queue graded submissions for a fresh run of their agents (enqueue after commit).
 
-    A submission that is not graded (queued, running or failed) is skipped. The worker records
+    A submission that is not graded (queued, running or failed) is skipped, and so is one whose
+    archive ``archive_exists`` (by SHA-256) no longer finds: the storage gc removed it, so a
+    rerun could never record a new result set. The worker records
     the new result set as the next version and moves the current pointer; until then the
     previous results stay current.
     """
@@ -272,10 +278,14 @@ def start_rerun(
     assert run.id is not None
     jobs: list[tuple[str, str]] = []
     skipped: list[str] = []
+    archive_gone: list[str] = []
     for submission_id in dict.fromkeys(submission_ids):
         submission = get_submission(session=session, submission_id=submission_id)
         if submission is None or submission.status != SubmissionStatus.GRADED.value:
             skipped.append(submission_id)
+            continue
+        if not archive_exists(submission.package_sha256):
+            archive_gone.append(submission_id)
             continue
         job_id = new_id()
         moved = requeue(
@@ -292,7 +302,9 @@ def start_rerun(
         jobs.append((submission.id, job_id))
     run.submissions = len(jobs)
     regrade_rows.save_run(session=session, run=run)
-    return RerunPlan(run_id=run.id, jobs=tuple(jobs), skipped=tuple(skipped))
+    return RerunPlan(
+        run_id=run.id, jobs=tuple(jobs), skipped=tuple(skipped), archive_gone=tuple(archive_gone)
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -257,6 +257,7 @@ def start_regrade() -> ResponseReturnValue:
                 actor=instructor(),
                 submission_ids=ids,
                 outdated=data.get("outdated") is True,
+                archive_exists=state().store.exists,
             )
         else:
             dry_run = data.get("dry_run") is True

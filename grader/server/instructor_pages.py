@@ -193,6 +193,7 @@ def _rerun(submission_ids: list[str] | None) -> RerunPlan:
             actor=instructor(),
             submission_ids=submission_ids,
             outdated=submission_ids is None,
+            archive_exists=state().store.exists,
         )
     enqueue_rerun(plan)
     return plan

@@ -38,8 +38,9 @@ from grader.db.tables import (
     SubmissionStatus,
     utcnow,
 )
-from grader.db.users import get_user
+from grader.db.users import create_user, get_user
 from grader.grading import build_report, results_from_runs
+from grader.instructor.regrades import start_rerun
 from grader.sandbox.session import CaseRun
 from grader.settings import Settings
 from grader.storage import ArchiveStore
@@ -264,6 +265,37 @@ def test_a_rerun_of_a_collected_archive_keeps_the_earlier_results(
     assert after.status == SubmissionStatus.GRADED.value
     assert after.current_grading_id == before.current_grading_id
     assert after.failure_kind is None
+
+
+def test_an_instructor_rerun_leaves_out_submissions_whose_archive_was_collected(
+    scenario: tuple[Scenario, set[str]], settings: Settings, engine: Engine
+) -> None:
+    """A rerun names a graded submission whose archive gc removed under ``archive_gone`` and
+    queues no job for it (it could never record a new result set), while one whose archive is
+    kept is queued as usual."""
+    s, _expected = scenario
+    collect_garbage(engine=engine, store=s.store, settings=settings)
+    gone = s.ids["ann-middle"]
+    kept = next(
+        submission_id
+        for submission_id in s.ids.values()
+        if submission_row(engine, submission_id).status == SubmissionStatus.GRADED.value
+        and s.store.exists(submission_row(engine, submission_id).package_sha256)
+    )
+    assert not s.store.exists(submission_row(engine, gone).package_sha256)
+    with session_scope(engine) as session:
+        actor, _token = create_user(session=session, name="prof-gc", role=Role.INSTRUCTOR)
+        plan = start_rerun(
+            session=session,
+            actor=actor,
+            case_set_version="v-test",
+            submission_ids=[gone, kept],
+            archive_exists=s.store.exists,
+        )
+    assert plan.archive_gone == (gone,)
+    assert [submission_id for submission_id, _job in plan.jobs] == [kept]
+    assert submission_row(engine, gone).status == SubmissionStatus.GRADED.value
+    assert plan.as_dict()["archive_gone"] == [gone]
 
 
 def test_the_reconciler_collects_once_per_interval(
