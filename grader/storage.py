@@ -111,7 +111,7 @@ class ArchiveStore:
         """Store a received file under its hash (once) and return the stored path.
 
         An archive already stored gets its modification time refreshed: the garbage collector
-        never removes an archive touched within its grace period (see :mod:`grader.retention`).
+        never removes an archive touched within its grace period (see :mod:`grader.db.retention`).
         """
         target = self.path_for(received.sha256)
         try:

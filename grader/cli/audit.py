@@ -10,20 +10,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from grader.audit.report import MAX_ANSWERABLE_SHARE, run_audit
+from grader.audit.report import run_audit
 
-from .helpers import EXIT_CHECK_FAILED, load_cases_or_fail
+from .helpers import EXIT_CHECK_FAILED, load_cases_or_fail, max_share_option
 
 
 @click.command()
 @click.option("--cases", "cases_dir", required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--max-share",
-    type=click.FloatRange(0, 1),
-    default=MAX_ANSWERABLE_SHARE,
-    show_default=True,
-    help="Largest share of answerable cases a canary may pass.",
-)
+@max_share_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def audit(cases_dir: Path, max_share: float, as_json: bool) -> None:
     """Attack the evaluator: canary agents that deserve zero must score (nearly) zero.

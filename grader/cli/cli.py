@@ -12,9 +12,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from grader.audit.report import MAX_ANSWERABLE_SHARE, run_audit
+from grader.audit.report import run_audit
 from grader.core.views import instructor_view, student_view
-from grader.sandbox import SANDBOX_NAMES
 
 from .audit import audit as audit_command
 from .helpers import (
@@ -23,6 +22,8 @@ from .helpers import (
     fail,
     grade_package_or_fail,
     load_cases_or_fail,
+    max_share_option,
+    sandbox_option,
 )
 from .practice import practice
 from .regrade import regrade
@@ -46,14 +47,7 @@ def main() -> None:
     type=click.Path(path_type=Path),
     help="The case set folder (cases.jsonl, policy.toml, corpus).",
 )
-@click.option(
-    "--sandbox",
-    "sandbox_name",
-    type=click.Choice(["auto", *SANDBOX_NAMES]),
-    default="auto",
-    show_default=True,
-    help="auto = docker when its engine and image are ready, else bwrap.",
-)
+@sandbox_option("docker when its engine and image are ready, else bwrap")
 @click.option(
     "--view", type=click.Choice(["student", "instructor"]), default="student", show_default=True
 )
@@ -83,13 +77,7 @@ def grade(package: Path, cases_dir: Path, sandbox_name: str, view: str, as_json:
 @click.option(
     "--no-audit", is_flag=True, help="Only validate: skip the evaluator audit (DESIGN §9)."
 )
-@click.option(
-    "--max-share",
-    type=click.FloatRange(0, 1),
-    default=MAX_ANSWERABLE_SHARE,
-    show_default=True,
-    help="Largest share of answerable cases a canary may pass.",
-)
+@max_share_option
 def check_cases(cases_dir: Path, as_json: bool, no_audit: bool, max_share: float) -> None:
     """Validate a case set, print its version and counts, and run the evaluator audit.
 

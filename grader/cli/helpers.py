@@ -10,16 +10,20 @@ import logging
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 from pydantic import ValidationError
 
+from grader.audit.report import MAX_ANSWERABLE_SHARE
 from grader.core.casesets import CaseSet, load_case_set
 from grader.exceptions import GraderError, SandboxUnavailable
-from grader.sandbox import Sandbox, make_sandbox, pick_sandbox
+from grader.sandbox import SANDBOX_NAMES, Sandbox, make_sandbox, pick_sandbox
 from grader.settings import Settings
+
+FC = TypeVar("FC", bound=Callable[..., object])
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -48,6 +52,28 @@ FALLBACK_WARNING = (
     "with your own privileges, files and network. The practice cases are public, so nothing "
     "leaks, but only run code you trust this way; install bubblewrap to sandbox it."
 )
+
+
+#: ``--max-share``, shared by ``check-cases`` and ``audit``: they run the same audit.
+max_share_option = click.option(
+    "--max-share",
+    type=click.FloatRange(0, 1),
+    default=MAX_ANSWERABLE_SHARE,
+    show_default=True,
+    help="Largest share of answerable cases a canary may pass.",
+)
+
+
+def sandbox_option(auto_means: str) -> Callable[[FC], FC]:
+    """``--sandbox auto|<registered name>``; what ``auto`` means differs by command."""
+    return click.option(
+        "--sandbox",
+        "sandbox_name",
+        type=click.Choice(["auto", *SANDBOX_NAMES]),
+        default="auto",
+        show_default=True,
+        help=f"auto = {auto_means}.",
+    )
 
 
 def fail(message: str, status: int = EXIT_BAD_INPUT) -> NoReturn:

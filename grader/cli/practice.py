@@ -28,7 +28,6 @@ from grader.practice.publish import (
     LeakRefused,
     publish_practice_set,
 )
-from grader.sandbox import SANDBOX_NAMES
 
 from .helpers import (
     EXIT_AUDIT_FAILED,
@@ -38,6 +37,7 @@ from .helpers import (
     grade_package_or_fail,
     load_cases_or_fail,
     note,
+    sandbox_option,
 )
 from .render import print_student_view
 
@@ -198,14 +198,7 @@ def _print_case(row: dict[str, Any], console: Console) -> None:
     type=click.Path(path_type=Path),
     help="The practice set folder (published or source).",
 )
-@click.option(
-    "--sandbox",
-    "sandbox_name",
-    type=click.Choice(["auto", *SANDBOX_NAMES]),
-    default="auto",
-    show_default=True,
-    help="auto = bwrap when usable, else unsandboxed with a warning.",
-)
+@sandbox_option("bwrap when usable, else unsandboxed with a warning")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def run(agent: Path, practice_dir: Path, sandbox_name: str, as_json: bool) -> None:
     """Grade AGENT (a folder, .zip or .tar.gz) on the practice set, showing every case."""

@@ -9,8 +9,9 @@ Three limits, each over a rolling 24-hour window of upload times:
 * the **failed-start cap** (``GRADER_FAILED_STARTS_PER_DAY``): uploads that ended ``failed``
   because the agent never got to answer — :data:`FAILED_START_KINDS`.
 
-:func:`check_upload` is called under the row lock of :func:`repository.create_submission`, so
-parallel uploads by one student cannot overshoot any of them.
+:func:`check_upload` is called under the row lock of
+:func:`grader.db.submissions.create_submission`, so parallel uploads by one student cannot
+overshoot any of them.
 """
 
 from __future__ import annotations

@@ -232,6 +232,13 @@ def _padded_hits(
     return hits
 
 
+def _ratios(
+    publics: Sequence[str], privates: Sequence[str], *, workers: int
+) -> npt.NDArray[np.float32]:
+    """``fuzz.ratio`` of every public text against every private one (0-100)."""
+    return process.cdist(publics, privates, scorer=fuzz.ratio, dtype=np.float32, workers=workers)
+
+
 def _reworded_hits(
     public_texts: Sequence[str],
     private_texts: Sequence[str],
@@ -254,21 +261,10 @@ def _reworded_hits(
     block_rows = max(1, _BLOCK_CELLS // len(private_texts))
     for start in range(0, len(public_texts), block_rows):
         stop = start + block_rows
+        # A rewording scores on either form: as written, or with its words sorted.
         scores: npt.NDArray[np.float32] = np.maximum(
-            process.cdist(
-                public_texts[start:stop],
-                private_texts,
-                scorer=fuzz.ratio,
-                dtype=np.float32,
-                workers=workers,
-            ),
-            process.cdist(
-                public_sorted[start:stop],
-                private_sorted,
-                scorer=fuzz.ratio,
-                dtype=np.float32,
-                workers=workers,
-            ),
+            _ratios(public_texts[start:stop], private_texts, workers=workers),
+            _ratios(public_sorted[start:stop], private_sorted, workers=workers),
         )
         row, column = divmod(int(np.argmax(scores)), scores.shape[1])
         if closest is None or float(scores[row, column]) > closest[2]:

@@ -16,7 +16,7 @@ import ipaddress
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from flask import request
@@ -116,17 +116,17 @@ class AuthFailureGuard:
         """Whether ``address`` is over the limit (tokens from it are not even looked up)."""
         if not self._failed_recently(address):
             return False
-        try:
-            return not self.limiter.test(self.item, *self._identifiers(address))
-        except Exception as exc:
-            log.warning("auth failure limit unavailable: %s", exc)
-            return False
+        return self._over_limit(self.limiter.test, address)
 
     def failed(self, address: str) -> bool:
         """Count one failed authentication; True when ``address`` is now over the limit."""
         self._remember(address)
+        return self._over_limit(self.limiter.hit, address)
+
+    def _over_limit(self, ask: Callable[..., bool], address: str) -> bool:
+        """``not ask(item, *identifiers)`` (test or hit), False when the limiter is down."""
         try:
-            return not self.limiter.hit(self.item, *self._identifiers(address))
+            return not ask(self.item, *self._identifiers(address))
         except Exception as exc:
             log.warning("auth failure limit unavailable: %s", exc)
             return False
