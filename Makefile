@@ -27,6 +27,7 @@ lint: setup
 	$(BIN)/ruff format --check grader tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/pytest -q -p no:cacheprovider tests/test_imports.py
 
 test: setup services docker-sandbox lint
 	$(BIN)/pytest -p no:cacheprovider
