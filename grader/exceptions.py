@@ -4,9 +4,10 @@ An agent that crashes, hangs or prints garbage is an *outcome* (a value in the c
 these exceptions are for input the grader cannot accept and for infrastructure that is broken.
 Every message is one line a user can act on and never carries hidden case content.
 
-One hierarchy: every error the project raises on purpose is a :class:`GraderError`. Errors that
-carry a value of their layer (``LeakRefused`` with its leak report, ``AuditRefused``) are
-defined next to that value and subclass the errors here.
+One hierarchy: every error the project raises on purpose is a :class:`GraderError`, defined
+here. Only the two errors that carry a value of their layer (``LeakRefused`` with its leak
+report, ``AuditRefused`` with its audit report) are defined next to that value, as subclasses of
+:class:`PublishError`.
 """
 
 
@@ -31,6 +32,26 @@ class SandboxUnavailable(GraderError):
 
 class SandboxFailure(GraderError):
     """The sandbox infrastructure broke during a run (not the agent's fault)."""
+
+
+class AgentStartError(PackageError):
+    """The agent could not start (import error, setup failure or setup timeout)."""
+
+
+class ImageBuildError(SandboxFailure):
+    """Building the base or the sandbox image failed; the message says what to do."""
+
+
+class StorageError(GraderError):
+    """An archive is missing or damaged in storage (infrastructure, not the student's fault)."""
+
+
+class UploadTooLarge(GraderError):
+    """The uploaded stream is larger than the limit it was received under."""
+
+
+class UserExists(GraderError):
+    """A user of that name already exists."""
 
 
 class SettingsError(GraderError):

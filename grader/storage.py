@@ -23,18 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from grader.exceptions import GraderError
+from grader.exceptions import StorageError, UploadTooLarge
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 256 * 1024
-
-
-class StorageError(GraderError):
-    """An archive is missing or damaged in storage (infrastructure, not the student's fault)."""
-
-
-class UploadTooLarge(GraderError):
-    """The uploaded stream is larger than the limit it was received under."""
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import click
 
 from grader.db.engine import session_scope
 from grader.db.tables import Role
-from grader.db.users import UserExists, create_user, get_user_by_name, list_users, rotate_token
-from grader.exceptions import GraderError
+from grader.db.users import create_user, get_user_by_name, list_users, rotate_token
+from grader.exceptions import GraderError, UserExists
 
 from .helpers import EXIT_SANDBOX, fail, migrated_engine, read_settings, setup_logging
 

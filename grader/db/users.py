@@ -16,15 +16,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from grader.exceptions import GraderError
+from grader.exceptions import UserExists
 
 from .tables import Role, SubmissionRow, UserRow
 
 TOKEN_PREFIX = "grd_"
-
-
-class UserExists(GraderError):
-    """A user of that name already exists."""
 
 
 def new_token() -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from grader.exceptions import SandboxFailure
+from grader.exceptions import ImageBuildError
 
 #: Repository of the offline (debootstrap) base images; the tag is the recipe hash.
 BASE_REPOSITORY = "grader-base"
@@ -44,10 +44,6 @@ Log = Callable[[str], None]
 
 def no_log(_message: str) -> None:
     pass
-
-
-class ImageBuildError(SandboxFailure):
-    """Building the base or the sandbox image failed; the message says what to do."""
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from typing import Any
 import docker
 import docker.errors
 
-from grader.exceptions import SandboxUnavailable
+from grader.exceptions import ImageBuildError, SandboxUnavailable
 
-from .base_image import ImageBuildError, Log, base_recipe, ensure_base_image, image_exists, no_log
+from .base_image import Log, base_recipe, ensure_base_image, image_exists, no_log
 
 #: Repository of the sandbox image; ``:latest`` is what the Docker sandbox runs by default.
 SANDBOX_REPOSITORY = "grader-sandbox"

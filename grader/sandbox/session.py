@@ -18,13 +18,9 @@ from enum import Enum
 from typing import Any
 
 from grader.core.models import ErrorKind
-from grader.exceptions import PackageError
+from grader.exceptions import AgentStartError
 
 from .base import AgentProcess, ExitInfo, LaunchSpec, Sandbox
-
-
-class AgentStartError(PackageError):
-    """The agent could not start (import error, setup failure or setup timeout)."""
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,8 @@ from grader.db.engine import session_scope
 from grader.db.submissions import create_submission
 from grader.db.tables import SubmissionRow, UserRow, utcnow
 from grader.db.usage import LimitKind, LimitReached, UploadLimits, check_upload
-from grader.exceptions import CaseSetError, PackageError
+from grader.exceptions import CaseSetError, PackageError, UploadTooLarge
 from grader.packages import ArchiveLimits, prepare_package
-from grader.storage import UploadTooLarge
 from grader.worker.enqueue import enqueue_grading
 
 from .state import ServerState

@@ -40,17 +40,18 @@ from grader.db import submissions as repo
 from grader.db.engine import make_engine, session_scope
 from grader.db.tables import FailureKind
 from grader.exceptions import (
+    AgentStartError,
     CaseSetError,
     PackageError,
     SandboxFailure,
     SandboxUnavailable,
+    StorageError,
 )
 from grader.grading import grade_agent
 from grader.packages import ArchiveLimits, prepare_package
 from grader.sandbox import Sandbox, make_sandbox
-from grader.sandbox.session import AgentStartError
 from grader.settings import Settings
-from grader.storage import ArchiveStore, StorageError
+from grader.storage import ArchiveStore
 
 log = logging.getLogger("grader.worker")
 

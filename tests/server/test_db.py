@@ -29,7 +29,8 @@ from grader.db.submissions import (
 )
 from grader.db.tables import GradingTrigger, Role, SubmissionRow, SubmissionStatus, UserRow
 from grader.db.usage import LimitReached
-from grader.db.users import UserExists, create_user, find_user_by_token, get_user
+from grader.db.users import create_user, find_user_by_token, get_user
+from grader.exceptions import UserExists
 from grader.grading import build_report, results_from_runs
 from grader.sandbox.session import CaseRun
 from tests.server.conftest import POSTGRES_URL, Account

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.storage import ArchiveStore, StorageError, UploadTooLarge
+from grader.exceptions import StorageError, UploadTooLarge
+from grader.storage import ArchiveStore
 
 
 def test_archives_are_stored_once_under_their_sha256(tmp_path: Path) -> None:
