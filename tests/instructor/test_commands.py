@@ -22,6 +22,7 @@ def env_for(settings: Settings) -> dict[str, str]:
         "GRADER_REDIS_URL": settings.redis_url,
         "GRADER_CASES_DIR": str(settings.cases_dir),
         "GRADER_QUEUE_NAME": settings.queue_name,
+        "GRADER_STORAGE_DIR": str(settings.storage_dir),
     }
 
 

@@ -16,6 +16,7 @@ from sqlmodel import Session, select
 from grader.db.tables import CertificateDecisionRow, RegradeRunRow, Role
 from grader.server import create_app
 from grader.settings import Settings
+from grader.storage import ArchiveStore
 from tests.conftest import PRIVATE_CASES
 from tests.instructor.conftest import Seeder, csrf_token, fixed_cases, login, rewrite_cases
 from tests.server.conftest import Account
@@ -197,8 +198,9 @@ def test_a_set_that_resists_the_canaries_shows_audit_passed_and_no_warning(
     """On the demo private set every canary fails as it should: AUDIT PASSED, no audit warning
     on the roster, and a student's proposal is not marked needs review."""
     student = make_user(Role.STUDENT, "sam")
-    Seeder(engine, PRIVATE_CASES).graded(student, {})
-    resistant = create_app(make_settings(cases_dir=PRIVATE_CASES), engine=engine)
+    settings = make_settings(cases_dir=PRIVATE_CASES)
+    Seeder(engine, PRIVATE_CASES, ArchiveStore(settings.storage_dir)).graded(student, {})
+    resistant = create_app(settings, engine=engine)
     client = resistant.test_client()
     login(client, instructor)
     assert "AUDIT PASSED" in client.get("/instructor/audit").get_data(as_text=True)
