@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 import zipfile
@@ -41,9 +42,9 @@ from sqlmodel import Session
 
 from grader.db.engine import make_engine, session_scope
 from grader.db.migrate import upgrade_database
-from grader.db.submissions import get_submission
+from grader.db.submissions import create_submission, get_submission
 from grader.db.tables import Role, SubmissionRow
-from grader.db.users import create_user
+from grader.db.users import create_user, get_user
 from grader.server import create_app
 from grader.settings import Settings
 from grader.worker.enqueue import make_queue
@@ -416,6 +417,39 @@ def submission_row(engine: Engine, submission_id: str) -> SubmissionRow:
         row = get_submission(session=session, submission_id=submission_id)
         assert row is not None
         return row
+
+
+def insert_submissions_at_once(
+    engine: Engine, student: Account, count: int, **limits: Any
+) -> list[object]:
+    """``count`` threads call ``create_submission`` for ``student`` at the same moment (each in
+    its own session), with ``limits`` (``package_bytes``, ``daily_limit``, ``storage_budget``…);
+    every outcome, a row or a refusal."""
+    outcomes: list[object] = []
+    barrier = threading.Barrier(count)
+
+    def insert() -> None:
+        barrier.wait()
+        with session_scope(engine) as session:
+            user = get_user(session=session, user_id=student.id)
+            assert user is not None
+            outcomes.append(
+                create_submission(
+                    session=session,
+                    user=user,
+                    filename="a.zip",
+                    agent_name="a",
+                    package_sha256="0" * 64,
+                    **limits,
+                )
+            )
+
+    threads = [threading.Thread(target=insert) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,17 +23,16 @@ from grader.db.migrate import current_revision, head_revision, upgrade_database
 from grader.db.results import add_grading, eval_records, list_gradings, load_report
 from grader.db.submissions import (
     claim_submission,
-    create_submission,
     get_submission,
     record_grading,
 )
 from grader.db.tables import GradingTrigger, Role, SubmissionRow, SubmissionStatus, UserRow
 from grader.db.usage import LimitReached
-from grader.db.users import create_user, find_user_by_token, get_user
+from grader.db.users import create_user, find_user_by_token
 from grader.exceptions import UserExists
 from grader.grading import build_report, results_from_runs
 from grader.sandbox.session import CaseRun
-from tests.server.conftest import POSTGRES_URL, Account
+from tests.server.conftest import POSTGRES_URL, Account, insert_submissions_at_once
 
 GOOD = {"answer": "Chunks overlap.", "citations": ["doc-plover"], "confidence": 0.8,
         "needs_human_review": False, "retrieved": ["doc-plover"], "context": ["doc-plover"]}  # fmt: skip
@@ -113,31 +112,7 @@ def test_tokens_are_stored_only_as_hashes(engine: Engine) -> None:
 
 def test_quota_holds_under_concurrent_uploads(engine: Engine, student: Account) -> None:
     """Eight simultaneous inserts against a limit of 3 create exactly 3 submissions."""
-    outcomes: list[object] = []
-    barrier = threading.Barrier(8)
-
-    def insert() -> None:
-        barrier.wait()
-        with session_scope(engine) as session:
-            user = get_user(session=session, user_id=student.id)
-            assert user is not None
-            outcomes.append(
-                create_submission(
-                    session=session,
-                    user=user,
-                    filename="a.zip",
-                    agent_name="a",
-                    package_sha256="0" * 64,
-                    package_bytes=1,
-                    daily_limit=3,
-                )
-            )
-
-    threads = [threading.Thread(target=insert) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    outcomes = insert_submissions_at_once(engine, student, 8, package_bytes=1, daily_limit=3)
     created = [o for o in outcomes if isinstance(o, SubmissionRow)]
     refused = [o for o in outcomes if isinstance(o, LimitReached)]
     assert len(created) == 3 and len(refused) == 5

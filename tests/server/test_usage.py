@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.server.conftest import (
     Account,
     agent_files,
     honest_agent,
+    insert_submissions_at_once,
     make_zip,
     submission_row,
     upload,
@@ -99,32 +99,9 @@ def test_parallel_uploads_cannot_overshoot_the_storage_budget(
     engine: Engine, student: Account
 ) -> None:
     """Eight simultaneous 100-byte inserts against a 350-byte budget create exactly three."""
-    outcomes: list[object] = []
-    barrier = threading.Barrier(8)
-
-    def insert() -> None:
-        barrier.wait()
-        with session_scope(engine) as session:
-            user = get_user(session=session, user_id=student.id)
-            assert user is not None
-            outcomes.append(
-                create_submission(
-                    session=session,
-                    user=user,
-                    filename="a.zip",
-                    agent_name="a",
-                    package_sha256="0" * 64,
-                    package_bytes=100,
-                    daily_limit=None,
-                    storage_budget=350,
-                )
-            )
-
-    threads = [threading.Thread(target=insert) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    outcomes = insert_submissions_at_once(
+        engine, student, 8, package_bytes=100, daily_limit=None, storage_budget=350
+    )
     created = [o for o in outcomes if isinstance(o, SubmissionRow)]
     refused = [o for o in outcomes if isinstance(o, LimitReached)]
     assert len(created) == 3 and len(refused) == 5
