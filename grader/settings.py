@@ -37,8 +37,13 @@ class Settings(BaseSettings):
     redis_url: str = "redis://localhost:6379/0"
     #: The hidden case set (cases.jsonl, policy.toml, corpus) the workers grade against.
     cases_dir: Path = Path("private_cases")
-    #: Uploaded archives, content-addressed by SHA-256 (shared storage for multi-host workers).
+    #: Uploaded archives, content-addressed by SHA-256 (the folder store); with a database store
+    #: (``storage_url``) only this host's spool of uploads and fetched archives.
     storage_dir: Path = Path("var/archives")
+    #: Where archives are kept: empty or ``file:///folder`` (the folder store; empty means
+    #: ``storage_dir``) or ``postgresql+psycopg://…`` (the database store: workers on other hosts
+    #: need no shared folder). See grader/db/archive_store.py.
+    storage_url: str = ""
     #: ``bwrap`` (bubblewrap; needs nothing but the Debian package) or ``docker``; ``none`` runs
     #: agents unsandboxed and is refused unless ``allow_unsandboxed`` is set.
     sandbox: SandboxName = "bwrap"
@@ -103,6 +108,14 @@ class Settings(BaseSettings):
     #: A connection that sends nothing for this long is closed (idle keep-alive or a stalled
     #: upload).
     serve_idle_timeout_seconds: Annotated[int, Field(gt=0)] = 60
+
+    @field_validator("storage_url")
+    @classmethod
+    def _valid_storage_url(cls, value: str) -> str:
+        scheme = value.split(":", 1)[0].split("+")[0] if ":" in value else value
+        if value and scheme not in ("file", "postgresql"):
+            raise ValueError("must be empty, file:///folder or postgresql+psycopg://…")
+        return value
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -14,7 +14,7 @@ and latest, and certificate bases — are never collected.
 
 Safety against a concurrent upload of the same bytes: the database is read first, and an
 archive whose file was written or refreshed within :data:`GRACE` before that read is never
-removed (:meth:`grader.storage.ArchiveStore.remove_unless_touched`).
+removed (:meth:`grader.storage.ArchiveStoreBase.remove_unless_touched`).
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from grader.db.archive_store import open_archive_store
 from grader.db.engine import session_scope
 from grader.db.results import current_results
 from grader.db.retention import archives_in_use, referenced_archives
 from grader.db.tables import utcnow
 from grader.instructor.roster import best_result, latest_result
 from grader.settings import Settings
-from grader.storage import ArchiveStore
+from grader.storage import ArchiveStoreBase
 
 log = logging.getLogger("grader.storage")
 
@@ -100,7 +101,7 @@ def protected_submissions(*, session: Session) -> set[str]:
 def collect_garbage(
     *,
     engine: Engine,
-    store: ArchiveStore,
+    store: ArchiveStoreBase,
     settings: Settings,
     dry_run: bool = False,
     now: datetime | None = None,
@@ -118,17 +119,17 @@ def collect_garbage(
         )
         referenced = referenced_archives(session=session)
     report = GcReport(dry_run=dry_run)
-    for sha256, status in store.archives():
+    for sha256, size, touched in store.archives():
         if sha256 in needed:
             report.kept += 1
-            report.kept_bytes += status.st_size
+            report.kept_bytes += size
             continue
-        if status.st_mtime >= untouched_since:
+        if touched >= untouched_since:
             report.recent += 1
             continue
         if dry_run or store.remove_unless_touched(sha256, untouched_since=untouched_since):
             report.removed.append(sha256)
-            report.removed_bytes += status.st_size
+            report.removed_bytes += size
             report.unreferenced += sha256 not in referenced
         else:
             report.recent += 1
@@ -150,6 +151,12 @@ def collect_if_due(*, engine: Engine, redis: Redis, settings: Settings) -> GcRep
     key = f"{settings.queue_name}:storage-gc"
     if not redis.set(key, socket.gethostname(), nx=True, ex=max(1, int(interval))):
         return None
-    return collect_garbage(
-        engine=engine, store=ArchiveStore(settings.storage_dir), settings=settings
+    store = open_archive_store(
+        settings.storage_url,
+        storage_dir=settings.storage_dir,
+        database_url=settings.database_url,
     )
+    try:
+        return collect_garbage(engine=engine, store=store, settings=settings)
+    finally:
+        store.close()

@@ -10,11 +10,11 @@ import json
 
 import click
 
+from grader.db.archive_store import open_archive_store
 from grader.db.engine import session_scope
 from grader.db.tables import Role
 from grader.db.users import get_user_by_name
 from grader.instructor import console, regrades
-from grader.storage import ArchiveStore
 
 from .helpers import fail, load_cases_or_fail, migrated_engine, read_settings
 
@@ -82,7 +82,11 @@ def regrade(
                 actor=actor,
                 case_set_version=case_set.version,
                 submission_ids=ids,
-                archive_exists=ArchiveStore(settings.storage_dir).exists,
+                archive_exists=open_archive_store(
+                    settings.storage_url,
+                    storage_dir=settings.storage_dir,
+                    database_url=settings.database_url,
+                ).exists,
             )
             body = plan.as_dict()
     if mode == "rerun":

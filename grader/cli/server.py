@@ -188,14 +188,18 @@ def storage_gc(dry_run: bool, as_json: bool) -> None:
     """Remove archives no submission needs (retention: GRADER_ARCHIVE_RETENTION_DAYS, …)."""
     import json
 
-    from grader.storage import ArchiveStore
+    from grader.db.archive_store import open_archive_store
     from grader.storage_gc import collect_garbage
 
     settings = read_settings()
     engine = migrated_engine(settings)
     report = collect_garbage(
         engine=engine,
-        store=ArchiveStore(settings.storage_dir),
+        store=open_archive_store(
+            settings.storage_url,
+            storage_dir=settings.storage_dir,
+            database_url=settings.database_url,
+        ),
         settings=settings,
         dry_run=dry_run,
     )

@@ -308,6 +308,28 @@ class RegradeItemRow(SQLModel, table=True):
 # Versions <-> columns (result sets and eval records carry the same eight)
 
 
+class ArchiveRow(SQLModel, table=True):
+    """An archive kept by the database store (``GRADER_STORAGE_URL=postgresql+psycopg://…``)."""
+
+    __tablename__ = "archives"
+
+    sha256: str = Field(primary_key=True, max_length=64, sa_type=sa.String(64))
+    size: int = Field(sa_type=sa.BigInteger)
+    chunks: int
+    #: POSIX time it was stored or last re-uploaded (the storage gc's grace period reads it).
+    touched: float = Field(sa_type=sa.Float(precision=53))
+
+
+class ArchiveChunkRow(SQLModel, table=True):
+    """One piece (at most 1 MiB) of an archive in the database store, numbered from 0."""
+
+    __tablename__ = "archive_chunks"
+
+    sha256: str = Field(primary_key=True, max_length=64, sa_type=sa.String(64))
+    seq: int = Field(primary_key=True)
+    data: bytes = Field(sa_type=sa.LargeBinary)
+
+
 def version_columns(versions: Versions) -> dict[str, Any]:
     """The measuring-setup columns of a result set or eval record, from its versions."""
     return {

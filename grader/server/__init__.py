@@ -21,9 +21,9 @@ from prometheus_client import CollectorRegistry
 from redis import Redis
 from sqlalchemy.engine import Engine
 
+from grader.db.archive_store import open_archive_store
 from grader.db.engine import make_engine
 from grader.settings import Settings
-from grader.storage import ArchiveStore
 from grader.worker.enqueue import make_queue
 
 from . import api, certificates, health, instructor_api, instructor_pages, pages, practice
@@ -80,7 +80,11 @@ def create_app(
         engine=engine,
         redis=redis,
         queue=make_queue(settings, redis),
-        store=ArchiveStore(settings.storage_dir),
+        store=open_archive_store(
+            settings.storage_url,
+            storage_dir=settings.storage_dir,
+            database_url=settings.database_url,
+        ),
         case_sets=CaseSetCache(settings.cases_dir),
     )
     app.extensions[EXTENSION_KEY] = server

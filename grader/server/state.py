@@ -17,7 +17,7 @@ from sqlmodel import Session
 from grader.core.casesets import CaseSet, load_case_set
 from grader.instructor.audit_cache import AuditCache
 from grader.settings import Settings
-from grader.storage import ArchiveStore
+from grader.storage import ArchiveStoreBase
 
 if TYPE_CHECKING:
     from .throttle import AuthFailureGuard
@@ -71,7 +71,7 @@ class ServerState:
     engine: Engine
     redis: Redis
     queue: Queue
-    store: ArchiveStore
+    store: ArchiveStoreBase
     case_sets: CaseSetCache
     #: Failed authentications per client address (set once the rate limiter exists).
     auth_guard: AuthFailureGuard | None = None

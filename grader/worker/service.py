@@ -37,6 +37,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from grader.core.casesets import load_case_set
 from grader.core.views import student_view
 from grader.db import submissions as repo
+from grader.db.archive_store import open_archive_store
 from grader.db.engine import make_engine, session_scope
 from grader.db.tables import FailureKind
 from grader.exceptions import (
@@ -51,7 +52,7 @@ from grader.grading import grade_agent
 from grader.packages import ArchiveLimits, prepare_package
 from grader.sandbox import Sandbox, make_sandbox
 from grader.settings import Settings
-from grader.storage import ArchiveStore
+from grader.storage import ArchiveStoreBase
 
 log = logging.getLogger("grader.worker")
 
@@ -87,7 +88,7 @@ class GradingService:
 
     settings: Settings
     engine: Engine
-    store: ArchiveStore
+    store: ArchiveStoreBase
     sandbox: Sandbox
     name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
@@ -98,7 +99,11 @@ class GradingService:
         service = cls(
             settings=settings,
             engine=make_engine(settings.database_url),
-            store=ArchiveStore(settings.storage_dir),
+            store=open_archive_store(
+                settings.storage_url,
+                storage_dir=settings.storage_dir,
+                database_url=settings.database_url,
+            ),
             sandbox=sandbox,
         )
         if name:
@@ -149,9 +154,11 @@ class GradingService:
         case_set = load_case_set(self.settings.cases_dir)
         if rerun and not self.store.exists(package_sha256):
             return self._keep_earlier_results(submission_id, job_id)
-        archive = self.store.open_path(package_sha256)
         started = time.monotonic()
-        with TemporaryDirectory(prefix="grader-job-") as workdir:
+        with (
+            self.store.fetched(package_sha256) as archive,
+            TemporaryDirectory(prefix="grader-job-") as workdir,
+        ):
             package = prepare_package(
                 archive,
                 Path(workdir),

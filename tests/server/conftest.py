@@ -47,6 +47,7 @@ from grader.db.tables import Role, SubmissionRow
 from grader.db.users import create_user, get_user
 from grader.server import create_app
 from grader.settings import Settings
+from grader.storage import ArchiveStore, ArchiveStoreBase
 from grader.worker.enqueue import make_queue
 from grader.worker.process import GraderWorker
 from grader.worker.service import GradingService
@@ -58,7 +59,7 @@ POSTGRES_URL = os.environ.get(
     "GRADER_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
-TABLES = ("eval_records", "gradings", "submissions", "users")
+TABLES = ("eval_records", "gradings", "submissions", "users", "archives", "archive_chunks")
 
 # --------------------------------------------------------------------------------------------
 # The hidden case set used by these tests. Every question carries words that appear nowhere
@@ -217,6 +218,74 @@ def engine(database_url: str) -> Iterator[Engine]:
     engine = make_engine(database_url)
     yield engine
     engine.dispose()
+
+
+# --------------------------------------------------------------------------------------------
+# Archive stores
+
+#: The archive stores every storage test runs against: the folder and the database store.
+STORES = ("file", "database")
+
+
+def set_touched(store: ArchiveStoreBase, sha256: str, when: float) -> None:
+    """Make a stored archive look stored (or last re-uploaded) at POSIX time ``when``."""
+    if isinstance(store, ArchiveStore):
+        os.utime(store.path_for(sha256), (when, when))
+        return
+    engine: Engine = store.engine  # type: ignore[attr-defined]
+    with engine.begin() as connection:
+        changed = connection.execute(
+            sa.text("UPDATE archives SET touched = :when WHERE sha256 = :sha"),
+            {"when": when, "sha": sha256},
+        ).rowcount
+    assert changed == 1
+
+
+def flip_a_byte(store: ArchiveStoreBase, sha256: str, offset: int) -> None:
+    """Damage a stored archive behind the store's back: one byte at ``offset`` inverted."""
+    if isinstance(store, ArchiveStore):
+        path = store.path_for(sha256)
+        path.chmod(0o644)
+        data = bytearray(path.read_bytes())
+        data[offset] ^= 0xFF
+        path.write_bytes(bytes(data))
+        return
+    from grader.db.archive_store import CHUNK_BYTES
+
+    engine: Engine = store.engine  # type: ignore[attr-defined]
+    seq, within = divmod(offset, CHUNK_BYTES)
+    with engine.begin() as connection:
+        data = bytearray(
+            connection.execute(
+                sa.text("SELECT data FROM archive_chunks WHERE sha256 = :sha AND seq = :seq"),
+                {"sha": sha256, "seq": seq},
+            ).scalar_one()
+        )
+        data[within] ^= 0xFF
+        connection.execute(
+            sa.text("UPDATE archive_chunks SET data = :data WHERE sha256 = :sha AND seq = :seq"),
+            {"data": bytes(data), "sha": sha256, "seq": seq},
+        )
+
+
+@pytest.fixture
+def database_store_url(request: pytest.FixtureRequest) -> str:
+    """A PostgreSQL URL for the database archive store (the test schema), archives emptied."""
+    url: str = request.getfixturevalue("postgres_schema_url")
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(sa.text("TRUNCATE archives, archive_chunks"))
+    engine.dispose()
+    return url
+
+
+@pytest.fixture(params=STORES)
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """GRADER_STORAGE_URL of each store: a folder, or the database store in PostgreSQL."""
+    if request.param == "file":
+        return (tmp_path / "archives").as_uri()
+    url: str = request.getfixturevalue("database_store_url")
+    return url
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """`grader storage gc` (grader/storage_gc.py): which archives it keeps, what it removes, the
-rerun of a collected archive, and the reconciler's periodic run — on SQLite and PostgreSQL."""
+rerun of a collected archive, and the reconciler's periodic run — on SQLite and PostgreSQL, with
+the folder and the database archive store."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -21,6 +23,7 @@ from sqlalchemy.engine import Engine
 from grader.core.casesets import load_case_set
 from grader.core.models import ErrorKind
 from grader.core.views import student_view
+from grader.db.archive_store import open_archive_store
 from grader.db.engine import session_scope
 from grader.db.submissions import (
     claim_submission,
@@ -43,12 +46,19 @@ from grader.grading import build_report, results_from_runs
 from grader.instructor.regrades import start_rerun
 from grader.sandbox.session import CaseRun
 from grader.settings import Settings
-from grader.storage import ArchiveStore
+from grader.storage import ArchiveStoreBase
 from grader.storage_gc import collect_garbage
 from grader.worker.enqueue import make_queue
 from grader.worker.reconciler import ReconcilerThread
 from grader.worker.service import GradingService, JobOutcome
-from tests.server.conftest import GRADER_BIN, Account, settings_env, submission_row, wait_for
+from tests.server.conftest import (
+    GRADER_BIN,
+    Account,
+    set_touched,
+    settings_env,
+    submission_row,
+    wait_for,
+)
 
 GOOD = {
     "answer": "Chunks overlap so no sentence is cut.",
@@ -71,7 +81,7 @@ class Scenario:
     """Archives and submissions at known ages; ``expected`` are the archives gc must remove."""
 
     engine: Engine
-    store: ArchiveStore
+    store: ArchiveStoreBase
     cases_dir: Path
     now: datetime = field(default_factory=utcnow)
     ids: dict[str, str] = field(default_factory=dict)
@@ -81,9 +91,9 @@ class Scenario:
         """Store an archive (old enough to be collectable) and return its SHA-256."""
         data = f"archive {label}".encode()
         with self.store.receiving(io.BytesIO(data), "a.zip", max_bytes=1000) as received:
-            path = self.store.keep(received)
-        os.utime(path, (LONG_AGO, LONG_AGO))
+            self.store.keep(received)
         self.sha[label] = hashlib.sha256(data).hexdigest()
+        set_touched(self.store, self.sha[label], LONG_AGO)
         return self.sha[label]
 
     def submission(
@@ -160,7 +170,28 @@ class Scenario:
 
 
 @pytest.fixture
+def settings(make_settings: Any, storage_url: str) -> Settings:
+    """This module's settings: each archive store in turn (GRADER_STORAGE_URL)."""
+    chosen: Settings = make_settings(storage_url=storage_url)
+    return chosen
+
+
+def store_of(settings: Settings) -> Iterator[ArchiveStoreBase]:
+    store = open_archive_store(
+        settings.storage_url, storage_dir=settings.storage_dir, database_url=settings.database_url
+    )
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[ArchiveStoreBase]:
+    yield from store_of(settings)
+
+
+@pytest.fixture
 def scenario(
+    store: ArchiveStoreBase,
     engine: Engine,
     settings: Settings,
     cases_dir: Path,
@@ -168,7 +199,7 @@ def scenario(
 ) -> tuple[Scenario, set[str]]:
     """Two students' histories plus stray files; returns the scenario and the SHA-256 of the
     archives gc must remove (retention: 30 days graded, 2 days failed)."""
-    s = Scenario(engine, ArchiveStore(settings.storage_dir), cases_dir)
+    s = Scenario(engine, store, cases_dir)
     ann, ben = make_user(Role.STUDENT, "ann"), make_user(Role.STUDENT, "ben")
     prof = make_user(Role.INSTRUCTOR, "prof")
     s.submission(ann, "ann-best", days=40, archive="ann-best", outcome="good")  # best: kept
@@ -184,8 +215,8 @@ def scenario(
     s.submission(ben, "ben-recent", days=1, archive="shared", outcome="poor")  # … shared: kept
     s.archive("orphan-old")  # named by no submission: removed
     fresh = s.archive("orphan-fresh")
-    os.utime(s.store.path_for(fresh))  # just stored: too recent to remove
-    stale_upload = settings.storage_dir / "incoming" / "deadbeef"
+    set_touched(s.store, fresh, time.time())  # just stored: too recent to remove
+    stale_upload = s.store.spool / "incoming" / "deadbeef"
     stale_upload.mkdir(parents=True)
     os.utime(stale_upload, (LONG_AGO, LONG_AGO))
     expected = {s.sha[label] for label in ("ann-middle", "ann-failed-old", "orphan-old")}
@@ -207,8 +238,8 @@ def grader_storage_gc(settings: Settings, cwd: Path, *options: str) -> str:
     return result.stdout
 
 
-def remaining(store: ArchiveStore) -> set[str]:
-    return {sha256 for sha256, _status in store.archives()}
+def remaining(store: ArchiveStoreBase) -> set[str]:
+    return {archive.sha256 for archive in store.archives()}
 
 
 def test_dry_run_reports_what_gc_would_remove_and_removes_nothing(
@@ -235,7 +266,7 @@ def test_gc_command_removes_only_archives_no_submission_needs(
     assert report["removed"] == 3 and report["kept"] == len(before) - 4
     assert report["incoming_removed"] == 1
     assert remaining(s.store) == before - expected
-    assert not (settings.storage_dir / "incoming" / "deadbeef").exists()
+    assert not (s.store.spool / "incoming" / "deadbeef").exists()
     human = grader_storage_gc(settings, tmp_path, "--dry-run")
     assert human.startswith("storage gc: would remove 0 archives")
 
@@ -299,12 +330,16 @@ def test_an_instructor_rerun_leaves_out_submissions_whose_archive_was_collected(
 
 
 def test_the_reconciler_collects_once_per_interval(
-    make_settings: Any, engine: Engine, redis_client: Redis
+    make_settings: Any,
+    storage_url: str,
+    store: ArchiveStoreBase,
+    engine: Engine,
+    redis_client: Redis,
 ) -> None:
     """A worker's reconciler thread runs the gc on its first pass, then not again within
     GRADER_STORAGE_GC_INTERVAL_SECONDS (one run per interval across workers)."""
-    settings = make_settings(storage_gc_interval_seconds=3600)
-    s = Scenario(engine, ArchiveStore(settings.storage_dir), Path("."))
+    settings = make_settings(storage_gc_interval_seconds=3600, storage_url=storage_url)
+    s = Scenario(engine, store, Path("."))
     first = s.archive("stray-1")
     thread = ReconcilerThread(
         engine=engine,
