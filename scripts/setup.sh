@@ -13,6 +13,9 @@ if [ "${GRADER_SETUP_SYSTEM:-1}" = "1" ]; then
     # private redis-server per test run.
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+    # The multi-host simulation (tests/multihost.py): network namespaces, veths, nsenter.
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
     # The bubblewrap sandbox's seccomp filter is compiled with libseccomp's bindings for the
     # system Python (grader/sandbox/hardening.py).
     /usr/bin/python3 -c 'import seccomp' >/dev/null 2>&1 || missing+=(python3-seccomp)
