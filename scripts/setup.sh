@@ -16,6 +16,8 @@ if [ "${GRADER_SETUP_SYSTEM:-1}" = "1" ]; then
     # The multi-host simulation (tests/multihost.py): network namespaces, veths, nsenter.
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)
     command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+    # Validates deploy/compose.yaml against the Compose schema (tests/server/test_deploy.py).
+    command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
     # The bubblewrap sandbox's seccomp filter is compiled with libseccomp's bindings for the
     # system Python (grader/sandbox/hardening.py).
     /usr/bin/python3 -c 'import seccomp' >/dev/null 2>&1 || missing+=(python3-seccomp)
