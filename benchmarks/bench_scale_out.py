@@ -229,6 +229,7 @@ class Bench:
         try:
             started = time.monotonic()
             ids = self.submit(settings, agent, self.args.submissions)
+            enqueued = time.monotonic() - started
             with contextlib.suppress(TimeoutError):  # what is left is counted as lost
                 wait_until(lambda: _settled(self.engine, ids), self.args.timeout, "grading")
             seconds = time.monotonic() - started
@@ -240,6 +241,9 @@ class Bench:
             "agent": agent,
             "submissions": len(ids),
             "seconds": round(seconds, 2),
+            # How long storing and enqueueing took (this process, on the same 2 CPUs): the
+            # hosts cannot finish before it.
+            "enqueue_seconds": round(enqueued, 2),
             "per_minute": round(graded / seconds * 60, 1),
             "lost": len(ids) - graded,
             "duplicated": duplicated,
@@ -394,11 +398,14 @@ def main() -> None:
         print(json.dumps(report, indent=2))
         return
     print()
-    print(f"{'agent':<10} {'hosts':>5} {'subs':>5} {'per min':>8} {'lost':>5} {'dup':>4}")
+    print(
+        f"{'agent':<10} {'hosts':>5} {'subs':>5} {'per min':>8} {'enqueue s':>9} {'lost':>5} {'dup':>4}"
+    )
     for run in runs:
         print(
             f"{run['agent']:<10} {run['hosts']:>5} {run['submissions']:>5} "
-            f"{run['per_minute']:>8} {run['lost']:>5} {run['duplicated']:>4}"
+            f"{run['per_minute']:>8} {run['enqueue_seconds']:>9} {run['lost']:>5} "
+            f"{run['duplicated']:>4}"
         )
     if recovery:
         print(

@@ -155,6 +155,7 @@ def collect_if_due(*, engine: Engine, redis: Redis, settings: Settings) -> GcRep
         settings.storage_url,
         storage_dir=settings.storage_dir,
         database_url=settings.database_url,
+        engine=engine,
     )
     try:
         return collect_garbage(engine=engine, store=store, settings=settings)

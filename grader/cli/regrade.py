@@ -86,6 +86,7 @@ def regrade(
                     settings.storage_url,
                     storage_dir=settings.storage_dir,
                     database_url=settings.database_url,
+                    engine=engine,
                 ).exists,
             )
             body = plan.as_dict()

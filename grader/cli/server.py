@@ -199,6 +199,7 @@ def storage_gc(dry_run: bool, as_json: bool) -> None:
             settings.storage_url,
             storage_dir=settings.storage_dir,
             database_url=settings.database_url,
+            engine=engine,
         ),
         settings=settings,
         dry_run=dry_run,

@@ -55,12 +55,15 @@ _chunks = ArchiveChunkRow.__table__  # type: ignore[attr-defined]
 class DatabaseArchiveStore(ArchiveStoreBase):
     """Archives in chunks in PostgreSQL."""
 
-    def __init__(self, engine: Engine, spool: Path) -> None:
+    def __init__(self, engine: Engine, spool: Path, *, owns_engine: bool = True) -> None:
         super().__init__(spool)
         self.engine = engine
+        #: False when the engine is the process's main one (shared pool; not disposed here).
+        self.owns_engine = owns_engine
 
     def close(self) -> None:
-        self.engine.dispose()
+        if self.owns_engine:
+            self.engine.dispose()
 
     def exists(self, sha256: str) -> bool:
         with self.engine.connect() as connection:
@@ -171,12 +174,16 @@ class DatabaseArchiveStore(ArchiveStoreBase):
 
 
 def open_archive_store(
-    storage_url: str, *, storage_dir: Path, database_url: str
+    storage_url: str, *, storage_dir: Path, database_url: str, engine: Engine | None = None
 ) -> ArchiveStoreBase:
     """The store ``GRADER_STORAGE_URL`` names: empty or ``file:///…`` (a folder; empty means
     ``GRADER_STORAGE_DIR``) or a database URL (the database store; uploads and fetched archives
-    are spooled under ``storage_dir``). A database other than ``GRADER_DATABASE_URL`` is
-    migrated here, as the main database is at start-up."""
+    are spooled under ``storage_dir``).
+
+    When the store's database is ``GRADER_DATABASE_URL`` and the caller passes its ``engine``,
+    the store shares that engine's connection pool (no extra connections per process). A
+    database other than ``GRADER_DATABASE_URL`` is migrated here, as the main database is at
+    start-up."""
     if not storage_url:
         return ArchiveStore(storage_dir)
     scheme = urlsplit(storage_url).scheme
@@ -186,12 +193,14 @@ def open_archive_store(
             raise SettingsError(f"GRADER_STORAGE_URL names no folder: {storage_url!r}")
         return ArchiveStore(Path(path))
     if scheme.split("+")[0] == "postgresql":
-        engine = make_engine(storage_url, pool_size=2)
+        if engine is not None and storage_url == database_url:
+            return DatabaseArchiveStore(engine, storage_dir, owns_engine=False)
+        own = make_engine(storage_url, pool_size=2)
         if storage_url != database_url:
             from grader.db.migrate import upgrade_database
 
-            upgrade_database(engine)
-        return DatabaseArchiveStore(engine, storage_dir)
+            upgrade_database(own)
+        return DatabaseArchiveStore(own, storage_dir)
     raise SettingsError(
         f"GRADER_STORAGE_URL must start with file:// or postgresql+psycopg:// (got {scheme!r})"
     )

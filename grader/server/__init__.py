@@ -84,6 +84,7 @@ def create_app(
             settings.storage_url,
             storage_dir=settings.storage_dir,
             database_url=settings.database_url,
+            engine=engine,
         ),
         case_sets=CaseSetCache(settings.cases_dir),
     )

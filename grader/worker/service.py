@@ -96,13 +96,15 @@ class GradingService:
     def from_settings(cls, settings: Settings, *, name: str | None = None) -> GradingService:
         """Build the service; refuses an unsandboxed grader without the unsafe flag."""
         sandbox = make_sandbox(settings.checked_sandbox())
+        engine = make_engine(settings.database_url)
         service = cls(
             settings=settings,
-            engine=make_engine(settings.database_url),
+            engine=engine,
             store=open_archive_store(
                 settings.storage_url,
                 storage_dir=settings.storage_dir,
                 database_url=settings.database_url,
+                engine=engine,
             ),
             sandbox=sandbox,
         )
