@@ -227,12 +227,14 @@ class Bench:
         settings = self.settings()
         sim = self.start_hosts(settings, hosts, f"{agent}-{hosts}")
         try:
+            cpu_before = _cpu_times()
             started = time.monotonic()
             ids = self.submit(settings, agent, self.args.submissions)
             enqueued = time.monotonic() - started
             with contextlib.suppress(TimeoutError):  # what is left is counted as lost
                 wait_until(lambda: _settled(self.engine, ids), self.args.timeout, "grading")
             seconds = time.monotonic() - started
+            busy = _busy_share(cpu_before, _cpu_times())
         finally:
             sim.close()
         graded, duplicated = _outcome(self.engine, ids)
@@ -245,6 +247,8 @@ class Bench:
             # hosts cannot finish before it.
             "enqueue_seconds": round(enqueued, 2),
             "per_minute": round(graded / seconds * 60, 1),
+            # Share of the machine's CPU time that was busy (all processes, /proc/stat).
+            "cpu_busy": round(busy, 2),
             "lost": len(ids) - graded,
             "duplicated": duplicated,
         }
@@ -292,6 +296,18 @@ class Bench:
             "lost": len(ids) - done,
             "duplicated": duplicated,
         }
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total else 0.0
 
 
 def _pings(client: Redis) -> bool:
@@ -399,12 +415,14 @@ def main() -> None:
         return
     print()
     print(
-        f"{'agent':<10} {'hosts':>5} {'subs':>5} {'per min':>8} {'enqueue s':>9} {'lost':>5} {'dup':>4}"
+        f"{'agent':<10} {'hosts':>5} {'subs':>5} {'per min':>8} {'enqueue s':>9} {'cpu':>5} "
+        f"{'lost':>5} {'dup':>4}"
     )
     for run in runs:
         print(
             f"{run['agent']:<10} {run['hosts']:>5} {run['submissions']:>5} "
-            f"{run['per_minute']:>8} {run['enqueue_seconds']:>9} {run['lost']:>5} "
+            f"{run['per_minute']:>8} {run['enqueue_seconds']:>9} {run['cpu_busy']:>5} "
+            f"{run['lost']:>5} "
             f"{run['duplicated']:>4}"
         )
     if recovery:
