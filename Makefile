@@ -3,7 +3,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo services docker-sandbox lint test bench
+.PHONY: setup demo services docker-sandbox server-image lint test bench
 
 setup:
 	scripts/setup.sh
@@ -21,6 +21,10 @@ services:
 docker-sandbox: setup
 	scripts/docker-engine.sh
 	scripts/build-base-image.sh -q
+
+# The grader's own image for deploy/compose.yaml (also built by tests/server/test_deploy.py).
+server-image: setup
+	scripts/build-server-image.sh
 
 lint: setup
 	$(BIN)/ruff check grader tests benchmarks

@@ -8,7 +8,9 @@ database store (``GRADER_STORAGE_URL`` = the database). For each agent and each 
 hosts are started and ready (rq listening), then ``--submissions`` archives (distinct bytes) are
 stored and enqueued the way an upload does (store, row, job), and the clock runs from the
 first enqueue until every submission is ``graded``. ``lost`` counts submissions not graded
-within the timeout (or failed), ``duplicated`` result sets beyond one per submission.
+within the timeout (or failed), ``duplicated`` result sets beyond one per submission;
+``enqueue_seconds`` is how long storing and enqueueing took and ``cpu_busy`` the share of the
+machine's CPU time that was busy during the run (/proc/stat, every process).
 
 Agents: ``trivial`` answers every question at once with a fixed refusal (the grader's own cost
 per submission: fetch, unpack, sandbox start, gates, records); ``reference`` is

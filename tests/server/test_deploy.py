@@ -100,6 +100,7 @@ def schema_url() -> Iterator[str]:
 
 
 @pytest.mark.docker
+@pytest.mark.timeout(900)  # a fresh machine first makes the debootstrap base with pip (~1 min)
 def test_the_server_image_builds_offline_migrates_and_serves_healthz(
     schema_url: str, redis_url: str
 ) -> None:
