@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from pydantic import ValidationError
 
 from grader.exceptions import SettingsError
 from grader.settings import Settings
+from tests.server.conftest import GRADER_BIN
 
 
 def test_defaults_work_on_one_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -78,3 +80,22 @@ def test_generated_secret_key_is_kept_and_shared(tmp_path: Path) -> None:
     assert again.resolved_secret_key() == key
     explicit = Settings(_env_file=None, secret_key="given")  # type: ignore[call-arg]
     assert explicit.resolved_secret_key() == "given"
+
+
+def test_an_unknown_archive_store_is_one_line_of_bad_configuration(tmp_path: Path) -> None:
+    """GRADER_STORAGE_URL with a scheme no store serves stops a grader command with one line
+    naming the variable and status 2, never a traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}
+    env["GRADER_STORAGE_URL"] = "s3://bucket/archives"
+    result = subprocess.run(
+        [GRADER_BIN, "storage", "gc"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "GRADER_STORAGE_URL" in result.stderr and "Traceback" not in result.stderr
