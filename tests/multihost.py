@@ -96,6 +96,17 @@ def sweep_dead_runs() -> int:
     return removed
 
 
+def free_subnet() -> int:
+    """A second octet X such that no interface has an address in 10.X.0.0/16 (the hosts of a
+    simulation get 10.X.1.0/24, 10.X.2.0/24, …); starts from this process's id."""
+    used = run_ip("-o", "-4", "addr", "show").stdout
+    for step in range(100):
+        octet = 100 + (os.getpid() + step) % 100
+        if f" 10.{octet}." not in used:
+            return octet
+    raise RuntimeError("no free 10.X.0.0/16 network for the simulated hosts")
+
+
 def _kill_namespace_processes(namespace: str) -> None:
     pids = run_ip("netns", "pids", namespace, check=False).stdout.split()
     for pid in pids:
@@ -225,7 +236,7 @@ class Simulation:
     hosts: list[SimulatedHost] = field(default_factory=list)
     tag: str = field(default_factory=lambda: f"{PREFIX}{os.getpid():x}-")
     _forwarder: Forwarder | None = None
-    _subnet: int = field(default_factory=lambda: 100 + os.getpid() % 100)
+    _subnet: int = field(default_factory=free_subnet)
 
     REDIS_PORT = 6379
     POSTGRES_PORT = 5432

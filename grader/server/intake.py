@@ -143,7 +143,8 @@ def accept_upload(
                     return Rejected(429, limit_message(created, received.size))
                 # Stored only once the upload is within every limit (a refused one leaves
                 # nothing behind), before the row commits (a row never names a missing
-                # archive). The file is already on disk: this is a rename.
+                # archive). The folder store renames the spooled file; the database store
+                # copies it in chunks.
                 server.store.keep(received)
     except UploadTooLarge:
         return Rejected(413, f"upload too large (limit {settings.max_upload_bytes} bytes)")
