@@ -12,13 +12,13 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
 
+from grader.db.archive_store import open_archive_store
 from grader.db.engine import session_scope
 from grader.db.submissions import create_submission, mark_failed
 from grader.db.tables import FailureKind, SubmissionRow, SubmissionStatus, utcnow
 from grader.db.usage import LimitKind, LimitReached, usage
 from grader.db.users import get_user
 from grader.settings import Settings
-from grader.storage import ArchiveStore
 from tests.conftest import write_case_set
 from tests.server.conftest import (
     CASES,
@@ -62,8 +62,11 @@ def cases_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Settings]) -> Settings:
-    return make_settings(storage_bytes_per_day=BUDGET, failed_starts_per_day=1)
+def settings(make_settings: Callable[..., Settings], storage_url: str) -> Settings:
+    """Small budgets, with each archive store (the folder and the database store)."""
+    return make_settings(
+        storage_bytes_per_day=BUDGET, failed_starts_per_day=1, storage_url=storage_url
+    )
 
 
 def big_agent(salt: str) -> bytes:
@@ -85,7 +88,11 @@ def test_uploads_past_the_storage_budget_get_429_with_a_one_line_reason(
     reason = refused.get_json()["error"]
     assert reason.startswith("daily storage budget reached:") and "fits again at" in reason
     assert "\n" not in reason
-    assert ArchiveStore(settings.storage_dir).count() == 2  # the refused archive was not kept
+    store = open_archive_store(
+        settings.storage_url, storage_dir=settings.storage_dir, database_url=settings.database_url
+    )
+    assert store.count() == 2  # the refused archive was not kept
+    store.close()
     me = client.get("/api/me", headers=student.headers).get_json()
     assert me["storage"] == {
         "limit_bytes": BUDGET,
