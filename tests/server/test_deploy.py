@@ -17,8 +17,23 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import yaml
+from flask.testing import FlaskClient
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
 
-from tests.server.conftest import POSTGRES_URL, REPO, free_port
+from grader.db.results import list_gradings
+from grader.db.tables import SubmissionStatus
+from grader.settings import Settings
+from tests.server.conftest import (
+    POSTGRES_URL,
+    REPO,
+    TABLES,
+    Account,
+    free_port,
+    honest_agent,
+    submission_row,
+)
+from tests.server.test_worker_processes import assert_graded_exactly_once
 
 COMPOSE = REPO / "deploy" / "compose.yaml"
 DOCKER_COMPOSE = shutil.which("docker-compose") or "/usr/bin/docker-compose"
@@ -99,14 +114,8 @@ def schema_url() -> Iterator[str]:
     admin.dispose()
 
 
-@pytest.mark.docker
-@pytest.mark.timeout(900)  # a fresh machine first makes the debootstrap base with pip (~1 min)
-def test_the_server_image_builds_offline_migrates_and_serves_healthz(
-    schema_url: str, redis_url: str
-) -> None:
-    """scripts/build-server-image.sh builds grader-server:latest without a registry; in it the
-    compose file's migrate command brings an empty database to head and `grader serve`, as a
-    non-root user, answers /healthz with 200 against the real PostgreSQL and Redis."""
+def build_server_image() -> str:
+    """scripts/build-server-image.sh (a no-op when nothing changed); the image it tagged."""
     build = subprocess.run(
         [str(REPO / "scripts" / "build-server-image.sh")],
         capture_output=True,
@@ -117,6 +126,18 @@ def test_the_server_image_builds_offline_migrates_and_serves_healthz(
     assert build.returncode == 0, build.stderr[-3000:]
     image = build.stdout.strip().splitlines()[-1]
     assert image.startswith("grader-server:")
+    return image
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(900)  # a fresh machine first makes the debootstrap base with pip (~1 min)
+def test_the_server_image_builds_offline_migrates_and_serves_healthz(
+    schema_url: str, redis_url: str
+) -> None:
+    """scripts/build-server-image.sh builds grader-server:latest without a registry; in it the
+    compose file's migrate command brings an empty database to head and `grader serve`, as a
+    non-root user, answers /healthz with 200 against the real PostgreSQL and Redis."""
+    image = build_server_image()
     inspect = subprocess.run(
         ["docker", "image", "inspect", "--format", "{{json .Config.User}}", image],
         capture_output=True,
@@ -168,3 +189,78 @@ def test_the_server_image_builds_offline_migrates_and_serves_healthz(
         assert answer == {"status": "ok", "database": "ok", "redis": "ok"}, logs[-3000:]
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+
+
+@pytest.fixture
+def database_url(postgres_schema_url: str) -> str:
+    """Workers in containers share PostgreSQL with the test (the test schema, emptied)."""
+    engine = sa.create_engine(postgres_schema_url)
+    with engine.begin() as connection:
+        connection.execute(sa.text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+    engine.dispose()
+    return postgres_schema_url
+
+
+@pytest.fixture
+def settings(make_settings: Any, database_url: str) -> Settings:
+    chosen: Settings = make_settings(storage_url=database_url)
+    return chosen
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(900)
+def test_a_worker_container_wired_as_the_compose_file_says_grades_in_docker_sandboxes(
+    client: FlaskClient,
+    student: Account,
+    submit: Any,
+    engine: Engine,
+    settings: Settings,
+) -> None:
+    """Two workers from the server image, each with the compose file's user, pid namespace,
+    volumes (host Docker socket, sandbox staging folder) and environment, grade uploads from
+    the database archive store in Docker sandboxes on the host's engine, each exactly once."""
+    image = build_server_image()
+    worker = yaml.safe_load(compose_config(SECRETS).stdout)["services"]["worker"]
+    ids = [submit(student, honest_agent(delay=0.3, salt=str(n))) for n in range(3)]
+    options = ["--user", worker["user"], "--pid", worker["pid"], "--network", "host"]
+    for volume in _volumes(worker):
+        source, target = volume.split(":")[:2]
+        if target == "/srv/cases":
+            source = str(settings.cases_dir)
+        options += [
+            "-v",
+            f"{source}:{target}:ro" if target == "/srv/cases" else f"{source}:{target}",
+        ]
+    environment = {
+        **worker["environment"],
+        "GRADER_DATABASE_URL": settings.database_url,
+        "GRADER_STORAGE_URL": settings.database_url,
+        "GRADER_REDIS_URL": settings.redis_url,
+        "GRADER_QUEUE_NAME": settings.queue_name,
+    }
+    for key, value in environment.items():
+        options += ["-e", f"{key}={value}"]
+    runs = [
+        subprocess.Popen(
+            ["docker", "run", "--rm", *options, image, "grader", "worker", "--burst"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [run.communicate(timeout=300)[0] for run in runs]
+    logs = "\n".join(output[-3000:] for output in outputs)
+    assert all(run.returncode == 0 for run in runs), logs
+    assert [submission_row(engine, sid).status for sid in ids] == [SubmissionStatus.GRADED] * 3, (
+        logs
+    )
+    assert_graded_exactly_once(engine, ids)
+    with Session(engine) as session:
+        for sid in ids:
+            grading = list_gradings(session=session, submission_id=sid)[0]
+            assert grading.sandbox == "docker", logs
+            assert (grading.sandbox_image or "").startswith("sha256:")
+    # Graded inside the containers (their own host names), not by a worker of this machine.
+    workers = {submission_row(engine, sid).worker for sid in ids}
+    assert all(name and not name.startswith(os.uname().nodename) for name in workers)
