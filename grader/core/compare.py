@@ -45,8 +45,10 @@ SEED = 20_261_201
 METHOD = "BCa"
 DEFAULT_ALPHA = 0.05
 
-#: Latency and cost regress only beyond this relative increase (they vary run to run).
+#: Latency and cost regress only beyond this relative increase (they vary run to run), and
+#: latency also only beyond an absolute rise (sub-millisecond answers jitter by 100%).
 LATENCY_TOLERANCE = 0.20
+LATENCY_FLOOR_SECONDS = 0.05
 COST_TOLERANCE = 0.10
 
 #: What each guardrail's ``regressed`` means, by family (shown with the results).
@@ -54,7 +56,10 @@ GUARDRAIL_RULES: dict[str, str] = {
     "rate": "regressed when the candidate passes fewer cases than the baseline",
     "count": "regressed when the candidate has more than the baseline",
     "retrieval": "regressed when the candidate's mean is lower",
-    "latency": f"regressed when the candidate's p95 is more than {LATENCY_TOLERANCE:.0%} higher",
+    "latency": (
+        f"regressed when the candidate's p95 is more than {LATENCY_TOLERANCE:.0%} and "
+        f"{LATENCY_FLOOR_SECONDS} s higher"
+    ),
     "cost": f"regressed when the candidate's total cost is more than {COST_TOLERANCE:.0%} higher",
 }
 
@@ -549,7 +554,8 @@ def _guardrails(
             "latency",
             base_p95,
             cand_p95,
-            _relative_rise(base_p95, cand_p95, LATENCY_TOLERANCE),
+            _relative_rise(base_p95, cand_p95, LATENCY_TOLERANCE)
+            and cand_p95 - base_p95 > LATENCY_FLOOR_SECONDS,
         )
     base_costs = [case_cost(b) for b, _ in paired]
     cand_costs = [case_cost(c) for _, c in paired]
