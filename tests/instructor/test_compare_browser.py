@@ -17,9 +17,9 @@ from tests.instructor.test_compare import WORSE
 from tests.server.conftest import Account
 
 
-def bar_widths(page: Page, side: str) -> list[float]:
+def bar_widths(tab: Page, side: str) -> list[float]:
     """The drawn widths (CSS pixels) of one side's bars in the gate chart."""
-    bars = page.locator(f"#gate-chart rect.bar-{side}")
+    bars = tab.locator(f"#gate-chart rect.bar-{side}")
     return [bars.nth(i).bounding_box()["width"] for i in range(bars.count())]  # type: ignore[index]
 
 
