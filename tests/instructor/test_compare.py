@@ -265,3 +265,20 @@ def test_student_compares_own_submissions_with_counts_only(
     assert "answerable cases passed 1 → 3 of 4" in html and "<svg" in html
     assert hidden_in(html) == []
     assert browser.get(f"/compare?baseline={first}&candidate={others}").status_code == 404
+
+
+def test_student_comparison_is_refused_without_counts_feedback(
+    client: FlaskClient, make_user: Callable[..., Account], cases_dir: Path, seed: Seeder
+) -> None:
+    """Under ``pass_fail`` feedback a student sees no counts, so no comparison either: 400 with
+    one line."""
+    alice = make_user(Role.STUDENT, "alice")
+    first, second = seed.graded(alice, WORSE), seed.graded(alice, DAVE)
+    (cases_dir / "policy.toml").write_text('feedback = "pass_fail"\n')
+    response = client.get(
+        "/api/compare", headers=alice.headers, query_string={"baseline": first, "candidate": second}
+    )
+    assert response.status_code == 400
+    assert response.get_json() == {
+        "error": "comparisons are not available with this course's feedback"
+    }
