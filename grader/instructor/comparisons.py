@@ -17,7 +17,7 @@ from sqlmodel import Session
 from grader.core.casesets import CaseSet
 from grader.core.compare import DEFAULT_ALPHA, Comparison, Metric, compare_results
 from grader.core.models import GATES_BY_KIND, Case, CaseKind, CaseResult, GradeReport
-from grader.db.results import list_gradings, load_report
+from grader.db.results import list_gradings, load_report, load_reports
 from grader.db.submissions import get_submission
 from grader.db.tables import GradingRow, SubmissionRow, timestamp
 from grader.db.users import student_name_of
@@ -198,12 +198,18 @@ def regrade_comparison(*, session: Session, record: RunRecord) -> dict[str, Any]
     moved across every submission it regraded (before vs after result sets)."""
     pairs: list[tuple[GradeReport, GradeReport]] = []
     decisions = []
+    ids = [
+        grading.id
+        for outcome in record.items
+        for grading in (outcome.item.before, outcome.item.after)
+        if grading is not None and grading.id is not None
+    ]
+    reports = load_reports(session=session, grading_ids=ids)
     for outcome in record.items:
         before, after = outcome.item.before, outcome.item.after
         if before is None or after is None or before.id is None or after.id is None:
             continue
-        old = load_report(session=session, grading_id=before.id)
-        new = load_report(session=session, grading_id=after.id)
+        old, new = reports.get(before.id), reports.get(after.id)
         if old is None or new is None:
             continue
         pairs.append((old, new))
