@@ -40,3 +40,4 @@ bench: setup
 	$(BIN)/python benchmarks/bench_regrade.py
 	$(BIN)/python benchmarks/bench_gates.py
 	$(BIN)/python benchmarks/bench_audit.py
+	$(BIN)/python benchmarks/bench_compare.py

@@ -16,6 +16,7 @@ from grader.audit.report import run_audit
 from grader.core.views import instructor_view, student_view
 
 from .audit import audit as audit_command
+from .compare import compare
 from .helpers import (
     EXIT_AUDIT_FAILED,
     choose_sandbox_or_fail,
@@ -127,5 +128,6 @@ for command in (
     storage,
     audit_command,
     regrade,
+    compare,
 ):
     main.add_command(command)

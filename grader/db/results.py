@@ -155,6 +155,26 @@ def load_report(*, session: Session, grading_id: int) -> GradeReport | None:
     return report_from_records(grading, eval_records(session=session, grading_id=grading_id))
 
 
+def load_reports(*, session: Session, grading_ids: Sequence[int]) -> dict[int, GradeReport]:
+    """Many result sets rebuilt at once (``CHUNK`` result sets per query), by grading id."""
+    found: dict[int, GradeReport] = {}
+    for start in range(0, len(grading_ids), CHUNK):
+        chunk = list(grading_ids[start : start + CHUNK])
+        gradings = session.exec(select(GradingRow).where(col(GradingRow.id).in_(chunk))).all()
+        records = session.exec(
+            select(EvalRecordRow)
+            .where(col(EvalRecordRow.grading_id).in_(chunk))
+            .order_by(col(EvalRecordRow.grading_id), col(EvalRecordRow.position))
+        ).all()
+        grouped: dict[int, list[EvalRecordRow]] = {}
+        for record in records:
+            grouped.setdefault(record.grading_id, []).append(record)
+        for grading in gradings:
+            assert grading.id is not None
+            found[grading.id] = report_from_records(grading, grouped.get(grading.id, []))
+    return found
+
+
 # --------------------------------------------------------------------------------------------
 # Summaries: the roster's current results, pass counts, eval-record export
 
