@@ -38,7 +38,7 @@ from typing import Any
 
 from grader.core.models import ModelAlias, ModelCall, Policy
 
-from .course_model import count_tokens, prompt_tokens
+from .course_model import count_tokens, prompt_tokens, send_with_body
 from .upstream import Upstream, UpstreamError
 
 SOCKET_NAME = "model.sock"
@@ -381,8 +381,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_with_body(self, data)
 
     def _serve(self, method: str) -> None:
         gateway = self.server.gateway

@@ -350,3 +350,58 @@ def answer(question):
     assert report.results[0].answer is not None
     assert report.results[0].answer.answer.endswith("env=")
     assert "model" not in student_view(report) and "model" not in instructor_view(report)
+
+
+OPENAI_AGENT = """
+import json
+import openai
+from openai import OpenAI
+
+client = OpenAI()  # OPENAI_BASE_URL and OPENAI_API_KEY come from the sandbox's environment
+
+def answer(question):
+    if "score" in question:
+        return {"answer": "I don't know; the course material does not cover this.",
+                "citations": [], "confidence": 0.1, "needs_human_review": True}
+    completion = client.chat.completions.create(
+        model="course-chat",
+        messages=[{"role": "user",
+                   "content": "[rag-basics] Chunks overlap so no sentence is cut.\\nQuestion: " + question}],
+        temperature=0,
+    )
+    text = completion.choices[0].message.content
+    report = {"usage": completion.usage.total_tokens}
+    vectors = client.embeddings.create(model="course-embed", input=["chunks", "overlap"])
+    report["dims"] = [len(item.embedding) for item in vectors.data]
+    report["models"] = sorted(model.id for model in client.models.list())
+    try:
+        client.with_options(max_retries=0).chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    except openai.BadRequestError as exc:
+        report["unknown"] = exc.status_code
+    if "417" in question:
+        text += " report=" + json.dumps(report)
+    return {"answer": text, "citations": ["rag-basics"],
+            "confidence": 0.8, "needs_human_review": False}
+"""
+
+
+@pytest.mark.docker
+def test_official_openai_client_works_unchanged_in_docker(
+    model_case_set: Callable[..., CaseSet], course_model: CourseModel, tmp_path: Path
+) -> None:
+    """The official ``openai`` client in the sandbox image reaches the gateway with nothing but
+    the environment the sandbox sets: chat, embeddings, model list and a typed 400 error."""
+    sandbox = make_sandbox("docker")
+    sandbox.check()
+    report = grade(OPENAI_AGENT, model_case_set(), sandbox, tmp_path, course_model)
+    rows = by_case(report)
+    assert rows["g1"]["error"] is None, rows["g1"]
+    got = report_of(rows["g1"])
+    assert got["dims"] == [256, 256] and got["unknown"] == 400 and got["usage"] > 0
+    assert got["models"] == ["course-chat", "course-embed"]
+    assert rows["g1"]["answer"]["answer"].startswith("Chunks overlap so no sentence is cut.")
+    models = [call["model"] for call in rows["g1"]["model_calls"]]
+    assert models == ["course-chat", "course-embed", "gpt-4o"]
+    assert rows["g1"]["model_calls"][2]["error"].startswith("400: unknown model")
+    assert rows["g2"]["passed"] and rows["g3"]["passed"]
