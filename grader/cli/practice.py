@@ -40,7 +40,7 @@ from .helpers import (
     note,
     sandbox_option,
 )
-from .render import print_student_view
+from .render import case_model_cell, print_student_view
 
 #: The practice set ``practice run`` grades on by default: the source set in a checkout of this
 #: repository. (The server serves the *published* set, ``Settings.practice_dir``.)
@@ -187,6 +187,8 @@ def _print_case(row: dict[str, Any], console: Console) -> None:
         )
     if row["diagnosis"]:
         console.print(f"  diagnosis: {row['diagnosis']}")
+    if row.get("model_calls"):
+        console.print(f"  model: {case_model_cell(row['model_calls'])}")
 
 
 @practice.command()
