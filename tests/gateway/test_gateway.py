@@ -155,10 +155,6 @@ def test_budgets_are_enforced_and_reported(
     agent = (
         PRELUDE
         + """
-def hostile(question):
-    return honest(question)
-
-_seen = []
 def answer(question):
     if "score" in question:
         return honest(question)
@@ -166,24 +162,39 @@ def answer(question):
     for _ in range(3):
         status, body = chat(question)
         reasons.append([status, body.get("error", {}).get("message", "")])
-    result = honest(question)
-    result["answer"] += " report=" + json.dumps(reasons)
-    return result
+    return {"answer": "Chunks overlap so no sentence is cut. report=" + json.dumps(reasons),
+            "citations": ["rag-basics"], "confidence": 0.8, "needs_human_review": False}
 """
     )
+    # A g1 call costs 50 tokens (42 prompt + 8 completion by the course model's rule), a g2 call
+    # 51: g1 gets two calls and is refused the third (calls_per_case); g2 gets one (151 of
+    # 160), then its prompt estimate (43) no longer fits: tokens_per_run.
     case_set = model_case_set(limits="calls_per_case = 2\ntokens_per_run = 160")
     report = grade(agent, case_set, make_sandbox("bwrap"), tmp_path, course_model)
     rows = by_case(report)
-    first = json.loads(rows["g1"]["answer"]["answer"].rsplit(" report=", 1)[1])
-    assert [status for status, _ in first] == [200, 200, 429] or first[-1][0] == 429
-    assert "calls_per_case" in first[2][1] or "tokens_per_run" in first[2][1]
-    second = json.loads(rows["g2"]["answer"]["answer"].rsplit(" report=", 1)[1])
-    assert any(status == 429 and "tokens_per_run" in reason for status, reason in second), second
+
+    def statuses(case_id: str) -> list[tuple[int, str]]:
+        answer = rows[case_id]["answer"]["answer"]
+        return [
+            (status, reason.split(":")[0])
+            for status, reason in json.loads(answer.rsplit(" report=", 1)[1])
+        ]
+
+    assert statuses("g1") == [(200, ""), (200, ""), (429, "calls_per_case")]
+    assert statuses("g2") == [(200, ""), (429, "tokens_per_run"), (429, "tokens_per_run")]
+    assert [c["prompt_tokens"] + c["completion_tokens"] for c in rows["g1"]["model_calls"]] == [
+        50,
+        50,
+        0,
+    ]
     errors = [c["error"] for row in rows.values() for c in row["model_calls"] if c["error"]]
-    assert errors and all(error.startswith("429: ") for error in errors)
+    assert len(errors) == 3 and all(error.startswith("429: ") for error in errors)
     summary = student_view(report)["model"]
-    assert summary["refused"] == len(errors)
-    assert summary["prompt_tokens"] + summary["completion_tokens"] <= 160
+    assert summary["calls"] == 6 and summary["refused"] == 3
+    served = sum(
+        c["prompt_tokens"] + c["completion_tokens"] for r in rows.values() for c in r["model_calls"]
+    )
+    assert summary["prompt_tokens"] + summary["completion_tokens"] == served == 151
     assert rows["g1"]["error"] is None and rows["g2"]["error"] is None
 
 
