@@ -416,3 +416,59 @@ def test_official_openai_client_works_unchanged_in_docker(
     assert models == ["course-chat", "course-embed", "gpt-4o"]
     assert rows["g1"]["model_calls"][2]["error"].startswith("400: unknown model")
     assert rows["g2"]["passed"] and rows["g3"]["passed"]
+
+
+def test_cli_grade_shows_model_usage(
+    model_case_set: Callable[..., CaseSet], course_model: CourseModel, tmp_path: Path
+) -> None:
+    """``grader grade --model-upstream URL`` grades through the gateway: the JSON instructor view
+    has per-case calls, the table shows the run's model line with the prices' date, and a bad
+    URL is one line."""
+    import subprocess
+    import sys
+
+    case_set = model_case_set()
+    agent = write_agent(tmp_path / "cli-agent", HONEST)
+    base = [
+        sys.executable,
+        "-m",
+        "grader",
+        "grade",
+        str(agent),
+        "--cases",
+        str(case_set.root),
+        "--sandbox",
+        "bwrap",
+    ]
+    shown = subprocess.run(
+        [*base, "--view", "instructor", "--json", "--model-upstream", course_model.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"GRADER_MODEL_UPSTREAM_KEY": course_model.key, "PATH": "/usr/bin"},
+        check=True,
+    )
+    view = json.loads(shown.stdout)
+    assert [len(row["model_calls"]) for row in view["cases"]] == [1, 1, 0]
+    assert view["model"]["calls"] == 2 and view["certificate"]["decision"] == "awarded"
+    table = subprocess.run(
+        [*base, "--view", "instructor", "--model-upstream", course_model.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"GRADER_MODEL_UPSTREAM_KEY": course_model.key, "PATH": "/usr/bin", "COLUMNS": "200"},
+        check=True,
+    )
+    assert "Model: 2 calls" in table.stdout and "at prices of 2026-12-01" in table.stdout
+    assert "1 calls, " in table.stdout
+    bad = subprocess.run(
+        [*base, "--model-upstream", "ftp://nowhere"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "grader: --model-upstream 'ftp://nowhere': not an http:// or https:// URL"
+    ]

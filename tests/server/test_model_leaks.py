@@ -20,6 +20,7 @@ from grader.db.tables import Role
 from grader.settings import Settings
 from tests.conftest import write_case_set
 from tests.gateway.conftest import CourseModel, start_course_model
+from tests.instructor.conftest import login
 from tests.server.conftest import (
     CASES,
     DOCUMENTS,
@@ -93,7 +94,8 @@ def test_questions_echoed_into_model_calls_never_reach_a_student(
     run_worker_burst: Callable[[], None],
 ) -> None:
     """The student's API answer and pages carry the model summary but no question fragment;
-    the instructor view carries every call (the control that the search would find one)."""
+    the instructor view and page carry every call (the control that the search would find
+    one)."""
     student = make_user(Role.STUDENT, "mallory")
     seen = Transcript(app)
     response = seen.add("upload", upload(client, student, make_zip(agent_files(ECHO_INTO_MODEL))))
@@ -136,3 +138,9 @@ def test_questions_echoed_into_model_calls_never_reach_a_student(
     calls = [call for case in view["cases"] for call in case["model_calls"]]
     assert len(calls) == 6
     assert sum(1 for call in calls if call["error"] and "unknown model" in call["error"]) == 3
+
+    staff_browser = app.test_client()
+    login(staff_browser, instructor)
+    html = staff_browser.get(f"/instructor/submissions/{sid}").get_data(as_text=True)
+    assert 'id="model-usage"' in html and "6 calls (3 refused)" in html
+    assert "model: 2 calls" in html and "400: unknown model" in html
