@@ -64,7 +64,12 @@ def _forward(client: socket.socket, path: str) -> None:
         gateway.close()
         return
     back = threading.Thread(target=_pump, args=(gateway, client), daemon=True)
-    back.start()
+    try:
+        back.start()
+    except RuntimeError:  # out of threads (the pids limit): drop this connection only
+        client.close()
+        gateway.close()
+        return
     _pump(client, gateway)
     back.join()
     client.close()
@@ -78,7 +83,10 @@ def _serve_gateway(listener: socket.socket, path: str) -> None:
         except OSError:
             return
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=_forward, args=(client, path), daemon=True).start()
+        try:
+            threading.Thread(target=_forward, args=(client, path), daemon=True).start()
+        except RuntimeError:  # out of threads: refuse this connection, keep listening
+            client.close()
 
 
 def _start_model_proxy() -> None:

@@ -77,6 +77,24 @@ def hostile(question):
     refused = sum(1 for s in statuses if s != 200)
     return reported(question, {"served": served, "refused": refused, "other": sorted(set(statuses) - {200, 429, 0})})
 """,
+    # Hundreds of raw connections at once (no threads of its own): after it lets go, the
+    # gateway still answers.
+    "connection_flood": """
+def hostile(question):
+    port = int(os.environ["OPENAI_BASE_URL"].rsplit(":", 1)[1].split("/")[0])
+    held = []
+    for _ in range(200):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=1)
+            sock.sendall(b"GET /v1/models HTTP/1.1\\r\\n")
+            held.append(sock)
+        except OSError:
+            break
+    for sock in held:
+        sock.close()
+    time.sleep(0.5)
+    return reported(question, {"after": chat(question)[0], "opened": len(held) > 20})
+""",
     # Bodies the gateway must refuse, each with its own status.
     "malformed": """
 def hostile(question):
@@ -176,6 +194,7 @@ def hostile(question):
 #: What each hostile agent must report (keys of its ``report``), or the error kind of its case.
 EXPECTED: dict[str, dict[str, object] | str] = {
     "flood": {"served": 4, "other": []},
+    "connection_flood": {"after": 200, "opened": True},
     "malformed": {
         "oversized": 413,
         "not_json": 400,
