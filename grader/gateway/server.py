@@ -13,7 +13,8 @@ sandbox mounts; the runner inside forwards ``127.0.0.1:<port>`` to it. The gatew
   rule before it is sent, and ``max_tokens`` is pinned to what the budgets leave);
 - answers 503 when no upstream is configured, 502 when the upstream fails and 504 when it does
   not answer before the case deadline;
-- records every call it received during a case (served or refused) against that case.
+- records every call it received during a case (served or refused) against that case; a call
+  while no question is being answered gets 409 and is not recorded.
 
 Nothing of the upstream (its URL's key, its error text) is passed back to the agent.
 """
@@ -54,11 +55,10 @@ PATHS = {"/v1/chat/completions": "chat/completions", "/v1/embeddings": "embeddin
 class Refusal(Exception):
     """A call the gateway answers itself with ``status`` and a one-line JSON ``reason``."""
 
-    def __init__(self, status: int, reason: str, *, record: bool = True) -> None:
+    def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
-        self.record = record
 
 
 @dataclass
@@ -149,31 +149,30 @@ class Gateway:
     # ------------------------------------------------------------------ serving one call
 
     def handle(self, method: str, path: str, authorization: str, raw: bytes | None) -> Any:
-        """Answer one request: the JSON to send back, or raise :class:`Refusal`."""
-        if not hmac.compare_digest(authorization.encode(), f"Bearer {self.token}".encode()):
-            raise Refusal(401, "invalid API key: use the OPENAI_API_KEY of this run", record=False)
-        route = path.split("?", 1)[0].rstrip("/")
-        if method == "GET" and route == "/v1/models":
-            return {
-                "object": "list",
-                "data": [
-                    {"id": alias, "object": "model", "created": 0, "owned_by": "course"}
-                    for alias in self.models
-                ],
-            }
-        if method != "POST" or route not in PATHS:
-            raise Refusal(
-                404, f"the gateway serves only {', '.join(PATHS)} and /v1/models", record=False
-            )
+        """Answer one request: the JSON to send back, or raise :class:`Refusal`.
+
+        Every refusal while a question is being answered is recorded against its case.
+        """
         with self._lock:
             case, deadline = self._case, self._deadline
-        if case is None:
-            raise Refusal(
-                409, "no question is being answered: call the model while answering", record=False
-            )
         started = self.clock()
         model_name = "?"
         try:
+            if not hmac.compare_digest(authorization.encode(), f"Bearer {self.token}".encode()):
+                raise Refusal(401, "invalid API key: use the OPENAI_API_KEY of this run")
+            route = path.split("?", 1)[0].rstrip("/")
+            if method == "GET" and route == "/v1/models":
+                return {
+                    "object": "list",
+                    "data": [
+                        {"id": alias, "object": "model", "created": 0, "owned_by": "course"}
+                        for alias in self.models
+                    ],
+                }
+            if method != "POST" or route not in PATHS:
+                raise Refusal(404, f"the gateway serves only {', '.join(PATHS)} and /v1/models")
+            if case is None:
+                raise Refusal(409, "no question is being answered: call the model while answering")
             assert raw is not None
             body = _json_object(raw)
             model_name = str(body.get("model", "?"))[:64]
@@ -189,14 +188,7 @@ class Gateway:
                 case, deadline, route, body, upstream_body, alias, estimate
             )
         except Refusal as refusal:
-            self._record(
-                case,
-                ModelCall(
-                    model=model_name,
-                    error=f"{refusal.status}: {refusal.reason}",
-                    latency_ms=round((self.clock() - started) * 1000, 3),
-                ),
-            )
+            self.note_refusal(refusal, case=case, model=model_name, started=started)
             raise
         reported = answer.get("usage")
         usage: dict[str, Any] = reported if isinstance(reported, dict) else {}
@@ -338,6 +330,26 @@ class Gateway:
         key = json.dumps([self.case_set_version, route, body], sort_keys=True).encode()
         return self.cache_dir / f"{hashlib.sha256(key).hexdigest()}.json"
 
+    def note_refusal(
+        self,
+        refusal: Refusal,
+        *,
+        case: str | None = None,
+        model: str = "?",
+        started: float | None = None,
+    ) -> None:
+        """Record a refused call against ``case`` (default: the case being answered, if any)."""
+        if case is None:
+            with self._lock:
+                case = self._case
+        if case is None:
+            return
+        latency = 0.0 if started is None else round((self.clock() - started) * 1000, 3)
+        self._record(
+            case,
+            ModelCall(model=model, error=f"{refusal.status}: {refusal.reason}", latency_ms=latency),
+        )
+
     def _record(self, case: str, call: ModelCall) -> None:
         """Record ``call`` against ``case``; a served call's tokens and cost count too."""
         with self._lock:
@@ -391,22 +403,23 @@ class _Handler(BaseHTTPRequestHandler):
                 length_text = self.headers.get("Content-Length")
                 if self.headers.get("Transfer-Encoding") or length_text is None:
                     self.close_connection = True
-                    raise Refusal(411, "send the body with a Content-Length", record=False)
+                    raise Refusal(411, "send the body with a Content-Length")
                 try:
                     length = int(length_text)
                 except ValueError:
                     self.close_connection = True
-                    raise Refusal(400, "bad Content-Length", record=False) from None
+                    raise Refusal(400, "bad Content-Length") from None
                 if length < 0 or length > gateway.limits.request_bytes:
                     self.close_connection = True  # the body is never read
                     raise Refusal(
                         413,
                         f"request_bytes: the body is over {gateway.limits.request_bytes} bytes",
-                        record=False,
                     )
                 raw = self.rfile.read(length)
             answer = gateway.handle(method, self.path, self.headers.get("Authorization", ""), raw)
         except Refusal as refusal:
+            if raw is None and method == "POST":  # refused before the gateway saw the body
+                gateway.note_refusal(refusal)
             self._send(
                 refusal.status,
                 {

@@ -135,6 +135,11 @@ def test_hostile_gateway_agent_is_contained(
         got = report_of(rows["g1"])
         for key, value in expected.items():
             assert got[key] == value, (key, got)
+    if agent_name == "malformed":  # every refusal is recorded against the case, with its status
+        statuses = sorted(
+            int(c["error"].split(":")[0]) for c in rows["g1"]["model_calls"] if c["error"]
+        )
+        assert statuses == [400] * 6 + [401, 401, 413]
     if agent_name == "flood":
         refused = [c for c in rows["g1"]["model_calls"] if c["error"]]
         assert refused and all(c["error"].startswith("429: calls_per_case") for c in refused)
