@@ -145,6 +145,39 @@ class Case(BaseModel):
         return self
 
 
+class ModelAlias(BaseModel):
+    """One model an agent may name through the gateway (``[models.<alias>]``, DESIGN §4a)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: The model name sent upstream.
+    upstream: NonEmptyStr
+    input_usd_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    output_usd_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    #: The date the prices were taken from the provider's price list (shown with every cost).
+    prices_date: Annotated[StrictStr, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")] = "1970-01-01"
+
+    def usd(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """The cost of one call at this model's prices."""
+        return (
+            prompt_tokens * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok
+        ) / 1_000_000
+
+
+class ModelLimits(BaseModel):
+    """What the model gateway enforces per case and per run (``[model_limits]``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    calls_per_case: Annotated[int, Field(ge=0, le=10_000)] = 4
+    tokens_per_case: Annotated[int, Field(ge=0)] = 8000
+    tokens_per_run: Annotated[int, Field(ge=0)] = 200_000
+    usd_per_run: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.50
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
+    temperature_max: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] = 1.0
+    request_bytes: Annotated[int, Field(ge=1024, le=16_000_000)] = 200_000
+
+
 class Policy(BaseModel):
     """A case set's grading policy (``policy.toml``); every key has a default."""
 
@@ -180,6 +213,13 @@ class Policy(BaseModel):
     pids_limit: Annotated[int, Field(ge=8, le=4096)] = 64
     max_answer_bytes: Annotated[int, Field(ge=1024, le=16_000_000)] = 1_000_000
     corpus: NonEmptyStr | None = None
+    #: Model aliases agents may call through the gateway (DESIGN §4a); none: no gateway.
+    models: dict[
+        Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")], ModelAlias
+    ] = Field(default_factory=dict)
+    model_limits: ModelLimits = Field(default_factory=ModelLimits)
+    #: Answer a repeated request (same case-set version, model and body) from the cache.
+    model_cache: StrictBool = False
 
 
 def _finite(value: float) -> float:
@@ -225,6 +265,24 @@ class Diagnosis(StrEnum):
     GENERATION = "generation"
 
 
+class ModelCall(BaseModel):
+    """One call an agent made through the model gateway while answering a case (DESIGN §4a)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: The alias the agent named (or what it sent, when refused as unknown).
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    usd: float = 0.0
+    cached: bool = False
+    #: None for a served call, else why it failed or was refused (``"429: …"``).
+    error: str | None = None
+    #: The date of the price table ``usd`` was computed from.
+    prices_date: str | None = None
+
+
 class CaseResult(BaseModel):
     """The graded outcome of one case: gate outcomes plus what produced them."""
 
@@ -241,6 +299,8 @@ class CaseResult(BaseModel):
     seconds: float | None = None
     #: Why claim_support failed (None when it passed, was not run, or was not recorded).
     claim_failure: ClaimFailure | None = None
+    #: Calls made through the model gateway while answering this case.
+    model_calls: tuple[ModelCall, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -285,3 +345,5 @@ class GradeReport(BaseModel):
     decision: CertificateDecision
     retrieval: dict[str, float] | None = None
     restarts: int = 0
+    #: Whether the run had a model gateway (the case set's policy names models).
+    model_gateway: bool = False

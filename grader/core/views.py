@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .model_usage import call_rows, model_summary
 from .models import Case, CaseKind, ClaimFailure, Feedback, Gate, GradeReport
 from .scoring import Summary, Tally, summarize
 
@@ -126,6 +127,8 @@ def student_view(
         "decision": report.decision.decision.value,
         "reasons": list(report.decision.reasons),
     }
+    if report.model_gateway:
+        view["model"] = model_summary(report.results)
     return view
 
 
@@ -159,6 +162,7 @@ def instructor_view(
                 "seconds": result.seconds,
                 "question": case.question if case else None,
                 "slices": list(case.slices) if case else [],
+                "model_calls": call_rows(result),
             }
         )
     view["cases"] = rows

@@ -24,6 +24,7 @@ from grader.core.models import (
     ErrorKind,
     Gate,
     GradeReport,
+    ModelCall,
 )
 
 from .tables import (
@@ -57,6 +58,11 @@ def eval_record_values(result: CaseResult, *, position: int, grading: GradingRow
         "safety_failures": [gate.value for gate in result.safety_failures],
         "diagnosis": result.diagnosis.value if result.diagnosis else None,
         "seconds": result.seconds,
+        "model_calls": (
+            [call.model_dump(mode="json") for call in result.model_calls]
+            if result.model_calls
+            else None
+        ),
         **version_columns(versions_of(grading)),
     }
 
@@ -134,6 +140,7 @@ def report_from_records(grading: GradingRow, records: Sequence[EvalRecordRow]) -
             safety_failures=tuple(Gate(name) for name in record.safety_failures),
             diagnosis=Diagnosis(record.diagnosis) if record.diagnosis else None,
             seconds=record.seconds,
+            model_calls=tuple(ModelCall.model_validate(call) for call in record.model_calls or ()),
         )
         for record in records
     )
@@ -145,6 +152,8 @@ def report_from_records(grading: GradingRow, records: Sequence[EvalRecordRow]) -
         ),
         retrieval=grading.retrieval,
         restarts=grading.restarts,
+        # A run with a gateway carries the model summary in its student view (DESIGN §4a).
+        model_gateway="model" in (grading.student_view or {}),
     )
 
 

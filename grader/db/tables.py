@@ -216,6 +216,8 @@ class EvalRecordRow(SQLModel, table=True):
     safety_failures: list[str] = Field(default_factory=list, sa_type=sa.JSON)
     diagnosis: str | None = Field(default=None, max_length=32, sa_type=sa.String(32))
     seconds: float | None = Field(default=None)
+    #: The case's calls through the model gateway (instructors only); null without a gateway.
+    model_calls: list[dict[str, Any]] | None = Field(default=None, sa_type=sa.JSON)
 
 
 class CertificateDecisionRow(SQLModel, table=True):

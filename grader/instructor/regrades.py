@@ -162,10 +162,16 @@ def regrade_from_answers(
         assert grading.id is not None
         cases = stored.get(grading.id, [])
         regraded = regrade_recorded(
-            [RecordedCase.from_stored(c.case_id, c.answer, c.error_kind, c.seconds) for c in cases],
+            [
+                RecordedCase.from_stored(
+                    c.case_id, c.answer, c.error_kind, c.seconds, c.model_calls
+                )
+                for c in cases
+            ],
             case_set,
             versions=versions_of(grading),
             restarts=grading.restarts,
+            model_gateway="model" in (grading.student_view or {}),
         )
         report = regraded.report
         new_version = latest.get(submission.id, grading.version) + 1

@@ -47,6 +47,7 @@ from grader.exceptions import (
     SandboxUnavailable,
     StorageError,
 )
+from grader.gateway.upstream import UpstreamConfig
 from grader.grading import grade_agent
 from grader.packages import ArchiveLimits, prepare_package
 from grader.sandbox import Sandbox, make_sandbox
@@ -104,6 +105,13 @@ class GradingService:
         if name:
             service.name = name
         return service
+
+    @property
+    def model_upstream(self) -> UpstreamConfig | None:
+        """Where the model gateway forwards agents' calls (GRADER_MODEL_UPSTREAM_URL)."""
+        url = self.settings.model_upstream_url
+        key = self.settings.model_upstream_key.get_secret_value()
+        return UpstreamConfig(url, key) if url else None
 
     def grade(self, submission_id: str, *, job_id: str) -> JobOutcome:
         """Grade one submission if ``job_id`` may; see the module docstring for outcomes."""
@@ -167,6 +175,8 @@ class GradingService:
                 sandbox=self.sandbox,
                 label=run_label(submission_id),
                 package_sha256=package.sha256,
+                model_upstream=self.model_upstream,
+                model_cache_dir=self.settings.model_cache_dir,
             )
         seconds = time.monotonic() - started
         view = student_view(report, feedback=case_set.policy.feedback)
