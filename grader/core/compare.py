@@ -63,11 +63,6 @@ GUARDRAIL_RULES: dict[str, str] = {
     "cost": f"regressed when the candidate's total cost is more than {COST_TOLERANCE:.0%} higher",
 }
 
-#: The per-case model-call records (issue #12): a ``model_calls`` sequence on each case result,
-#: each call a mapping or object with a ``usd`` cost. Absent on both sides: no cost guardrail.
-MODEL_CALLS_FIELD = "model_calls"
-MODEL_COST_KEY = "usd"
-
 
 class Verdict(StrEnum):
     BETTER = "better"
@@ -276,15 +271,10 @@ def _relative_rise(baseline: float | None, candidate: float | None, tolerance: f
 
 
 def case_cost(result: CaseResult) -> float | None:
-    """A case's recorded model cost in USD (sum of its calls' ``usd``), None if not recorded."""
-    calls = getattr(result, MODEL_CALLS_FIELD, None)
-    if calls is None:
+    """A case's recorded model cost in USD (sum of its calls' ``usd``), None if it made none."""
+    if not result.model_calls:
         return None
-    total = 0.0
-    for call in calls:
-        value = call.get(MODEL_COST_KEY) if isinstance(call, Mapping) else getattr(call, "usd", 0)
-        total += float(value or 0.0)
-    return total
+    return sum(call.usd for call in result.model_calls)
 
 
 # --------------------------------------------------------------------------------------------

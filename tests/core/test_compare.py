@@ -15,7 +15,15 @@ from grader.core.compare import (
     mcnemar_exact,
     student_comparison,
 )
-from grader.core.models import GATES_BY_KIND, Answer, CaseKind, CaseResult, ErrorKind, Gate
+from grader.core.models import (
+    GATES_BY_KIND,
+    Answer,
+    CaseKind,
+    CaseResult,
+    ErrorKind,
+    Gate,
+    ModelCall,
+)
 from grader.exceptions import ComparisonRefused
 from tests.conftest import make_case, make_refusal
 
@@ -173,14 +181,11 @@ def test_retrieval_metrics_become_guardrails_when_both_sides_report_them() -> No
 
 
 def test_model_cost_guardrail_reads_recorded_model_calls() -> None:
-    """Per-case ``model_calls`` with ``usd`` (issue #12's records) sum into the cost guardrail."""
-
-    class Costed(CaseResult):
-        model_calls: tuple[dict[str, Any], ...] = ()
+    """Per-case model calls (the gateway's records) sum into the cost guardrail."""
 
     def costed(case_id: str, usd: float) -> CaseResult:
-        plain = answerable(case_id, True)
-        return Costed(**plain.model_dump(), model_calls=({"model": "m", "usd": usd},))
+        call = ModelCall(model="course-chat", prompt_tokens=10, completion_tokens=5, usd=usd)
+        return answerable(case_id, True).model_copy(update={"model_calls": (call,)})
 
     result = compare([costed("a0", 0.01)], [costed("a0", 0.02)])
     cost = result.guardrails["model_cost_usd"]
