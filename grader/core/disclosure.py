@@ -256,13 +256,14 @@ def plan_release(
     budget = policy.feedback_budget_bits
     over = budget is not None and history.bits_disclosed + full_cost(policy, shape) > budget
     if over:
+        # Held until the longest run could have ended (see :func:`hold_until`): no timing bits.
         return Release(
             shown=Shown.DECISION_ONLY,
             released=False,
             withheld=Withheld.BUDGET,
             score=score,
             view_bits=decision_only_bits(),
-            timing_bits=time_bits,
+            timing_bits=0.0,
             message=(
                 f"feedback budget reached ({history.bits_disclosed:.0f} of {budget:.0f} bits "
                 "used for this case set): from now on you see the decision only"
@@ -303,6 +304,20 @@ def gate_view(view: Mapping[str, Any], release: Release) -> dict[str, Any]:
     kept["withheld"] = release.withheld.value if release.withheld else None
     kept["message"] = release.message
     return kept
+
+
+def hold_until(
+    release: Release, *, policy: Policy, created: datetime, started: datetime, finished: datetime
+) -> datetime:
+    """When the student may see a result: its finishing time rounded up to the quantum, or,
+    once the budget is spent, the moment the longest possible run would have ended (the
+    grader enforces the setup and run limits), so the time says nothing the agent chose."""
+    shown_at = round_up_time(created, finished, policy.feedback_time_quantum_seconds)
+    if release.withheld is Withheld.BUDGET:
+        longest = policy.setup_timeout_seconds + policy.run_timeout_seconds
+        deadline = started + timedelta(seconds=longest)
+        return max(shown_at, round_up_time(created, deadline, policy.feedback_time_quantum_seconds))
+    return shown_at
 
 
 # --------------------------------------------------------------------------------------------

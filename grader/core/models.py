@@ -191,7 +191,7 @@ class Policy(BaseModel):
     ladder_step: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
     feedback_buckets: Annotated[int, Field(ge=2, le=100)] = 5
     #: Bits of feedback a student may receive per case-set version; None means no budget.
-    feedback_budget_bits: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] | None = 2000.0
+    feedback_budget_bits: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] | None = 2500.0
     #: Student-visible times round up to this; 0 shows them as they are (whole seconds).
     feedback_time_quantum_seconds: Annotated[float, Field(ge=0, le=86_400, allow_inf_nan=False)] = (
         60.0

@@ -23,8 +23,8 @@ from grader.core.disclosure import (
     Shown,
     Withheld,
     gate_view,
+    hold_until,
     plan_release,
-    round_up_time,
     score_of,
     shown_bits,
 )
@@ -93,6 +93,7 @@ def plan(
     report: GradeReport,
     policy: Policy,
     created_at: datetime,
+    started_at: datetime | None = None,
     now: datetime | None = None,
 ) -> Planned:
     """Lock the student, read their history and decide what this new result shows."""
@@ -109,7 +110,10 @@ def plan(
     finished = as_utc(now or utcnow())
     created = as_utc(created_at)
     assert finished is not None and created is not None
-    release_at = round_up_time(created, finished, policy.feedback_time_quantum_seconds)
+    started = as_utc(started_at) or created
+    release_at = hold_until(
+        release, policy=policy, created=created, started=started, finished=finished
+    )
     return Planned(gate_view(full, release), release, release_at, policy.feedback)
 
 

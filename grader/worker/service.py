@@ -147,6 +147,7 @@ class GradingService:
             package_sha256 = submission.package_sha256
             rerun = submission.current_grading_id is not None
             user_id, created_at = submission.user_id, submission.created_at
+            started_at = submission.started_at
         case_set = load_case_set(self.settings.cases_dir)
         if rerun and not self.store.exists(package_sha256):
             return self._keep_earlier_results(submission_id, job_id)
@@ -178,6 +179,7 @@ class GradingService:
                 report=report,
                 policy=case_set.policy,
                 created_at=created_at,
+                started_at=started_at,
             )
             grading = repo.record_grading(
                 session=session,

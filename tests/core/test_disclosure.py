@@ -171,7 +171,7 @@ def test_budget_turns_feedback_into_the_decision_only() -> None:
             policy=policy, shape=SHAPE, score=1.0, history=History(bits_disclosed=101 - cost)
         )
         assert not over.released and over.withheld is Withheld.BUDGET
-        assert over.bits == pytest.approx(LOG3 + timing_bits(policy))
+        assert over.bits == pytest.approx(LOG3)  # held to the deadline: no timing bits
         assert over.message is not None and "budget reached" in over.message
 
 
