@@ -8,6 +8,8 @@ bits recovered are compared with the bits the grader accounted and with the budg
 
 from __future__ import annotations
 
+import csv
+import io
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -131,6 +133,7 @@ class Course:
     app: Flask
     settings: Settings
     run_worker: Callable[[], None]
+    root: Path
 
 
 @pytest.fixture
@@ -162,7 +165,7 @@ def course(
             worker.service = service
             worker.work(burst=True, logging_level="WARNING")
 
-        return Course(app.test_client(), app, settings, run_worker)
+        return Course(app.test_client(), app, settings, run_worker, root)
 
     yield start
     for app in apps:
@@ -365,3 +368,62 @@ def test_nothing_a_student_receives_under_release_carries_a_question(
         blob = "\n".join(texts).lower()
         for fragment in SECRET_FRAGMENTS:
             assert fragment not in blob, (mode, fragment)
+
+
+def test_instructors_see_the_bits_on_roster_student_page_and_csv(
+    course: Callable[[str], Course], student: Account, instructor: Account
+) -> None:
+    """The roster (JSON and page), the student page and the decisions CSV carry the bits
+    disclosed to each student on the current case-set version, equal to the student's own."""
+    running = course(f'feedback = "ladder"\n{NO_HOLD}')
+    for salt in ("one", "two"):
+        submit(running, student, honest_agent(salt=salt))
+    running.run_worker()
+    bits = me(running, student)["feedback"]["bits_disclosed"]
+    # 1 + 42.02 + 4 released, then 1 + log2 3 + 4 withheld.
+    assert bits == pytest.approx(47.02 + 6.58, abs=0.01)
+    client = running.client
+    csv_text = client.get("/api/instructor/certificates.csv", headers=instructor.headers)
+    rows = list(csv.DictReader(io.StringIO(csv_text.get_data(as_text=True))))
+    assert [row["feedback_bits"] for row in rows if row["student"] == "alice"] == [f"{bits:.2f}"]
+    roster = client.get("/api/instructor/students", headers=instructor.headers).get_json()
+    entry = next(s for s in roster["students"] if s["student"] == "alice")
+    assert entry["feedback_bits"] == pytest.approx(bits, abs=0.01)
+    browser = logged_in(running.app, instructor)
+    page = browser.get("/instructor/").get_data(as_text=True)
+    assert f'data-field="feedback-bits">{bits:.1f}<' in page
+    detail = browser.get("/instructor/students/alice").get_data(as_text=True)
+    assert f'id="feedback-bits">{bits:.1f} bits' in detail
+
+
+def test_a_regrade_charges_again_only_when_the_view_changes(
+    course: Callable[[str], Course], student: Account, instructor: Account
+) -> None:
+    """A regrade from recorded answers that leaves the student's view as it was costs nothing;
+    one that changes it (a label fixed so a gate now fails) is charged the view's bits again,
+    on the new case-set version, with no timing bits."""
+    running = course(f'feedback = "counts"\n{NO_HOLD}')
+    submit(running, student, honest_agent())
+    running.run_worker()
+    before = me(running, student)["feedback"]["bits_disclosed"]
+    assert before == pytest.approx(46.02, abs=0.01)
+    regrade = {"mode": "answers", "include_up_to_date": True}
+    headers = instructor.headers
+    assert (
+        running.client.post("/api/instructor/regrades", json=regrade, headers=headers).status_code
+        == 201
+    )
+    assert me(running, student)["feedback"]["bits_disclosed"] == pytest.approx(before, abs=0.01)
+    relabelled = [dict(case) for case in CASES]
+    relabelled[1]["forbidden_terms"] = ["sentence"]
+    write_case_set(running.root, relabelled, policy=(running.root / "policy.toml").read_text())
+    assert (
+        running.client.post("/api/instructor/regrades", json=regrade, headers=headers).status_code
+        == 201
+    )
+    sid = running.client.get("/api/submissions", headers=student.headers).get_json()["submissions"][
+        0
+    ]["id"]
+    body = running.client.get(f"/api/submissions/{sid}", headers=student.headers).get_json()
+    assert body["feedback"]["by_kind"]["answerable"]["gates"]["forbidden_absent"]["passed"] == 1
+    assert me(running, student)["feedback"]["bits_disclosed"] == pytest.approx(42.02, abs=0.01)
