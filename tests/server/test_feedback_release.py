@@ -243,7 +243,9 @@ def test_attack_under_counts_without_budget_recovers_every_nibble(
 
 @pytest.mark.parametrize(
     ("mode", "most_views"),
-    [("counts", 3), ("coarse", 4), ("ladder", 3)],
+    # counts: 46.02 bits a view, 3 fit in 150; coarse: 32.85, 4 fit; ladder: only the first
+    # and the one nibble whose pattern passes both answerable cases beat the best by a step.
+    [("counts", 3), ("coarse", 4), ("ladder", 2)],
 )
 def test_attack_stays_within_the_accounted_bound_and_the_budget(
     course: Callable[[str], Course], student: Account, mode: str, most_views: int
@@ -258,7 +260,8 @@ def test_attack_stays_within_the_accounted_bound_and_the_budget(
     assert run.recovered_bits <= run.accounted_bits
     assert run.recovered_bits <= budget
     released = [f for f in run.feedbacks if f.get("released")]
-    assert 1 <= len(released) <= most_views
+    assert len(released) == most_views
+    assert run.recovered_bits == 4 * most_views  # every released view carried its nibble
     withheld = [f for f in run.feedbacks if f.get("released") is False]
     assert withheld and all("by_kind" not in f and "errors" not in f for f in withheld)
     assert all(
