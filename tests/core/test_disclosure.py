@@ -9,9 +9,11 @@ import json
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from grader.core.casesets import load_policy
 from grader.core.disclosure import (
     History,
     Shape,
@@ -22,6 +24,8 @@ from grader.core.disclosure import (
     counts_view_bits,
     full_cost,
     gate_view,
+    hold_until,
+    ladder_step,
     plan_release,
     round_up_time,
     timing_bits,
@@ -41,6 +45,7 @@ from grader.core.models import (
 )
 from grader.core.scoring import decide, safety_failures
 from grader.core.views import student_view
+from grader.exceptions import CaseSetError
 from tests.conftest import make_case, make_refusal
 
 #: Two answerable cases and one refusal case, as in the server tests' hidden set.
@@ -229,3 +234,53 @@ def test_times_round_up_to_the_quantum() -> None:
     for seconds, shown in ((1, 60), (59, 60), (60, 60), (61, 120)):
         end = start + timedelta(seconds=seconds)
         assert round_up_time(start, end, 60) == start + timedelta(seconds=shown)
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ('feedback = "everything"', "feedback"),
+        ("ladder_step = 0", "ladder_step"),
+        ("ladder_step = 1.5", "ladder_step"),
+        ('ladder_metric = "speed"', "ladder_metric"),
+        ("feedback_buckets = 1", "feedback_buckets"),
+        ("feedback_budget_bits = -5", "feedback_budget_bits"),
+        ("feedback_time_quantum_seconds = -1", "feedback_time_quantum_seconds"),
+    ],
+)
+def test_bad_feedback_keys_are_one_clear_error(tmp_path: Path, line: str, key: str) -> None:
+    """A bad value of a feedback key is a CaseSetError naming the file and the key."""
+    path = tmp_path / "policy.toml"
+    path.write_text(line + "\n")
+    with pytest.raises(CaseSetError) as error:
+        load_policy(path)
+    message = str(error.value)
+    assert f"key '{key}'" in message and "policy.toml" in message and "\n" not in message
+
+
+def test_new_case_sets_default_to_the_ladder_with_a_budget() -> None:
+    """A policy with no feedback keys uses ladder, one-case steps, 5 buckets, a 2500-bit
+    budget and 60 s time quanta."""
+    policy = Policy()
+    assert policy.feedback is Feedback.LADDER and policy.ladder_step is None
+    assert policy.feedback_buckets == 5 and policy.feedback_budget_bits == 2500
+    assert policy.feedback_time_quantum_seconds == 60
+    assert ladder_step(policy, SHAPE) == pytest.approx(1 / 3)
+
+
+def test_a_spent_budget_holds_the_result_until_the_longest_run_could_end() -> None:
+    """A decision-only result after the budget is shown no earlier than the start plus the
+    setup and run limits (rounded to the quantum), whatever the run took; others round up."""
+    policy = Policy(setup_timeout_seconds=30, run_timeout_seconds=300, feedback_budget_bits=0)
+    created = datetime(2026, 12, 1, tzinfo=UTC)
+    started = created + timedelta(seconds=5)
+    finished = started + timedelta(seconds=2)
+    spent = plan_release(policy=policy, shape=SHAPE, score=1.0, history=History())
+    assert spent.withheld is Withheld.BUDGET and spent.timing_bits == 0
+    held = hold_until(spent, policy=policy, created=created, started=started, finished=finished)
+    assert held == created + timedelta(seconds=360)
+    open_policy = policy.model_copy(update={"feedback_budget_bits": None})
+    shown = plan_release(policy=open_policy, shape=SHAPE, score=1.0, history=History())
+    assert hold_until(
+        shown, policy=open_policy, created=created, started=started, finished=finished
+    ) == created + timedelta(seconds=60)
