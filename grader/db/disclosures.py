@@ -25,6 +25,7 @@ from grader.core.disclosure import (
     gate_view,
     hold_until,
     plan_release,
+    round_up_time,
     score_of,
     shown_bits,
 )
@@ -32,7 +33,15 @@ from grader.core.models import CaseKind, Feedback, GradeReport, Policy
 from grader.core.scoring import summarize
 from grader.core.views import student_view
 
-from .tables import FeedbackDisclosureRow, GradingRow, SubmissionRow, UserRow, as_utc, utcnow
+from .tables import (
+    FeedbackDisclosureRow,
+    GradingRow,
+    SubmissionRow,
+    SubmissionStatus,
+    UserRow,
+    as_utc,
+    utcnow,
+)
 
 
 @dataclass(frozen=True)
@@ -271,22 +280,36 @@ def record_many(
         session.exec(sa.insert(table), params=rows)
 
 
-def release_times(*, session: Session, submission_ids: Iterable[str]) -> dict[str, datetime]:
-    """When each submission's current result may be shown to its student (those with a
-    release recorded; others show at once)."""
+def release_times(
+    *, session: Session, submission_ids: Iterable[str], quantum_seconds: float = 0.0
+) -> dict[str, datetime]:
+    """When each submission's outcome may be shown to its student: a graded one's recorded
+    release; a failed one's finishing time rounded up to ``quantum_seconds`` (an agent that
+    fails to start chooses when). Others are absent and show at once."""
     ids = list(submission_ids)
     if not ids:
         return {}
     query = (
-        sa.select(col(SubmissionRow.id), col(FeedbackDisclosureRow.release_at))
-        .join(
+        sa.select(
+            col(SubmissionRow.id),
+            col(SubmissionRow.status),
+            col(SubmissionRow.created_at),
+            col(SubmissionRow.finished_at),
+            col(FeedbackDisclosureRow.release_at),
+        )
+        .outerjoin(
             FeedbackDisclosureRow,
             col(FeedbackDisclosureRow.grading_id) == col(SubmissionRow.current_grading_id),
         )
         .where(col(SubmissionRow.id).in_(ids))
     )
     found: dict[str, datetime] = {}
-    for sid, release_at in session.connection().execute(query):
+    for sid, status, created_at, finished_at, release_at in session.connection().execute(query):
+        created, finished = as_utc(created_at), as_utc(finished_at)
+        if status == SubmissionStatus.FAILED.value:
+            if quantum_seconds > 0 and created is not None and finished is not None:
+                found[str(sid)] = round_up_time(created, finished, quantum_seconds)
+            continue
         stamp = as_utc(release_at)
         if stamp is not None:
             found[str(sid)] = stamp

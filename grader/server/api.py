@@ -52,7 +52,9 @@ def list_submissions() -> ResponseReturnValue:
     assert user.id is not None
     session = read_session()
     rows = submissions.list_submissions(session=session, user_id=user.id)
-    held = disclosures.release_times(session=session, submission_ids=[row.id for row, _ in rows])
+    held = disclosures.release_times(
+        session=session, submission_ids=[row.id for row, _ in rows], quantum_seconds=quantum()
+    )
     now = utcnow()
     return jsonify(
         submissions=[
@@ -80,8 +82,18 @@ def get_submission(submission_id: str) -> ResponseReturnValue:
     found = own_submission(submission_id, _user())
     if found is None:
         return error(404, "no such submission")
-    held = disclosures.release_times(session=read_session(), submission_ids=[submission_id])
+    held = disclosures.release_times(
+        session=read_session(), submission_ids=[submission_id], quantum_seconds=quantum()
+    )
     return jsonify(student_submission(*found, held.get(submission_id), utcnow()))
+
+
+def quantum() -> float:
+    """The current policy's time quantum (0 when the case set cannot load)."""
+    try:
+        return state().case_sets.get().policy.feedback_time_quantum_seconds
+    except CaseSetError:
+        return 0.0
 
 
 def feedback_standing(user: UserRow) -> dict[str, Any] | None:

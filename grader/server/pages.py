@@ -21,7 +21,7 @@ from grader.db.submissions import list_submissions, quota_used
 from grader.db.tables import utcnow
 from grader.instructor.students import last_decisions
 
-from .api import feedback_standing, own_submission
+from .api import feedback_standing, own_submission, quantum
 from .auth import (
     auth_blocked,
     current_user,
@@ -127,7 +127,9 @@ def submissions() -> ResponseReturnValue:
         rows = list_submissions(session=session, user_id=user.id)
         used, _oldest = quota_used(session=session, user_id=user.id, now=now)
         standing = certificate_standing(session, user.id)
-        held = release_times(session=session, submission_ids=[row.id for row, _ in rows])
+        held = release_times(
+            session=session, submission_ids=[row.id for row, _ in rows], quantum_seconds=quantum()
+        )
     limit = daily_limit(server)
     return render_template(
         "submissions.html",
@@ -165,7 +167,9 @@ def submission(submission_id: str) -> ResponseReturnValue:
     if found is None:
         return render_template("error.html", status=404, message="No such submission."), 404
     with session_scope(state().engine) as session:
-        held = release_times(session=session, submission_ids=[submission_id])
+        held = release_times(
+            session=session, submission_ids=[submission_id], quantum_seconds=quantum()
+        )
     return render_template(
         "submission.html",
         user=user,

@@ -33,11 +33,14 @@ from grader.instructor.students import DecisionOutcome
 # Student API and pages
 
 
+_HELD = (SubmissionStatus.GRADED.value, SubmissionStatus.FAILED.value)
+
+
 def held(row: SubmissionRow, release_at: datetime | None, now: datetime) -> bool:
-    """Whether a graded result is still held back: its rounded finishing time has not come
-    (README, "Feedback and disclosure": the student reads the same until then)."""
+    """Whether an outcome is still held back: its rounded finishing time has not come
+    (README, "Feedback and disclosure": the student reads "running" until then)."""
     stamp = as_utc(release_at)
-    return row.status == SubmissionStatus.GRADED.value and stamp is not None and now < stamp
+    return row.status in _HELD and stamp is not None and now < stamp
 
 
 def submission_summary(
@@ -48,8 +51,9 @@ def submission_summary(
 ) -> dict[str, Any]:
     """One line of the student's list.
 
-    With ``release_at`` (the result's finishing time rounded up to the policy's quantum), a
-    graded submission reads as running until then, and then as finished at ``release_at``.
+    With ``release_at`` (the outcome's finishing time rounded up to the policy's quantum), a
+    graded or failed submission reads as running until then, and then as finished at
+    ``release_at``.
     """
     status = SubmissionStatus(row.status)
     finished = row.finished_at

@@ -14,6 +14,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from grader.db.tables import FeedbackDisclosureRow
+from grader.db.tables import FeedbackDisclosureRow, as_utc
 from grader.server import create_app
 from grader.settings import Settings
 from grader.worker.enqueue import make_queue
@@ -90,6 +91,12 @@ def answer(question):
 """
 
 SUBMISSIONS = 6
+
+
+def utc(value: datetime | None) -> datetime:
+    stamp = as_utc(value)
+    assert stamp is not None
+    return stamp
 
 
 def true_nibble(index: int) -> int:
@@ -332,7 +339,7 @@ def test_question_dependent_timing_changes_nothing_a_student_reads(
     assert all(
         sub["status"] == "running" and sub["finished_at"] is None for sub in listing["submissions"]
     )
-    deadline = max(row.created_at for row in real.values()).timestamp() + quantum + 1
+    deadline = max(utc(row.created_at) for row in real.values()).timestamp() + quantum + 1
     time.sleep(max(0.0, deadline - time.time()))
     bodies = {
         sid: running.client.get(f"/api/submissions/{sid}", headers=student.headers).get_json()
@@ -430,3 +437,36 @@ def test_a_regrade_charges_again_only_when_the_view_changes(
     body = running.client.get(f"/api/submissions/{sid}", headers=student.headers).get_json()
     assert body["feedback"]["by_kind"]["answerable"]["gates"]["forbidden_absent"]["passed"] == 1
     assert me(running, student)["feedback"]["bits_disclosed"] == pytest.approx(42.02, abs=0.01)
+
+
+SETUP_SLEEPS_THEN_FAILS = """
+import time
+
+def setup():
+    time.sleep(1.5)
+    raise RuntimeError("no start")
+
+def answer(question):
+    return {}
+"""
+
+
+def test_a_failed_start_is_held_and_rounded_like_a_result(
+    course: Callable[[str], Course], student: Account, engine: Engine
+) -> None:
+    """An agent that chooses when to fail its setup reads as running until the 10 s quantum,
+    then as failed, finishing exactly 10 s after upload."""
+    quantum = 10
+    running = course(f'feedback = "counts"\nfeedback_time_quantum_seconds = {quantum}\n')
+    sid = submit(running, student, agent_files(SETUP_SLEEPS_THEN_FAILS, setup="agent:setup"))
+    running.run_worker()
+    row = submission_row(engine, sid)
+    assert row.status == "failed"
+    body = running.client.get(f"/api/submissions/{sid}", headers=student.headers).get_json()
+    assert body["status"] == "running" and body["reason"] is None and body["finished_at"] is None
+    time.sleep(max(0.0, utc(row.created_at).timestamp() + quantum + 1 - time.time()))
+    body = running.client.get(f"/api/submissions/{sid}", headers=student.headers).get_json()
+    assert body["status"] == "failed" and body["reason"]
+    created = time.mktime(time.strptime(body["created_at"], "%Y-%m-%dT%H:%M:%SZ"))
+    finished = time.mktime(time.strptime(body["finished_at"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert finished - created == quantum
