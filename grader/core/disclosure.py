@@ -204,6 +204,8 @@ class Release:
     view_bits: float
     timing_bits: float
     message: str | None = None
+    #: The submission whose released score a withheld result did not beat.
+    best_submission: str | None = None
 
     @property
     def bits(self) -> float:
@@ -284,6 +286,7 @@ def plan_release(
         view_bits=1.0 + decision_only_bits(),
         timing_bits=time_bits,
         message=f"no improvement over your best (submission {history.best_submission})",
+        best_submission=history.best_submission,
     )
 
 
@@ -303,6 +306,8 @@ def gate_view(view: Mapping[str, Any], release: Release) -> dict[str, Any]:
     kept["released"] = False
     kept["withheld"] = release.withheld.value if release.withheld else None
     kept["message"] = release.message
+    if release.best_submission is not None:
+        kept["best_submission"] = release.best_submission
     return kept
 
 

@@ -185,7 +185,7 @@ def regraded_view(
         release = Release(shown, True, None, score, shown_bits(shown, shape), 0.0)
     else:
         withheld = earlier.withheld if earlier is not None else None
-        message = previous_view.get("message")
+        message, best = previous_view.get("message"), previous_view.get("best_submission")
         release = Release(
             Shown.DECISION_ONLY,
             False,
@@ -194,6 +194,7 @@ def regraded_view(
             shown_bits(Shown.DECISION_ONLY, shape),
             0.0,
             message if isinstance(message, str) else None,
+            best if isinstance(best, str) else None,
         )
     view = gate_view(full, release)
     budget = policy.feedback_budget_bits

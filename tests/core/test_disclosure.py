@@ -204,6 +204,7 @@ def test_withheld_view_keeps_only_the_decision() -> None:
         "released": False,
         "withheld": "no_improvement",
         "message": "no improvement over your best (submission s9)",
+        "best_submission": "s9",
     }
 
 

@@ -470,3 +470,29 @@ def test_a_failed_start_is_held_and_rounded_like_a_result(
     created = time.mktime(time.strptime(body["created_at"], "%Y-%m-%dT%H:%M:%SZ"))
     finished = time.mktime(time.strptime(body["finished_at"], "%Y-%m-%dT%H:%M:%SZ"))
     assert finished - created == quantum
+
+
+def test_a_regrade_keeps_a_withheld_result_withheld_at_no_cost(
+    course: Callable[[str], Course], student: Account, instructor: Account
+) -> None:
+    """Under ladder, regrading unchanged answers leaves the released result released, the
+    withheld one withheld (same message and link), and the student's total as it was."""
+    running = course(f'feedback = "ladder"\n{NO_HOLD}')
+    first = submit(running, student, honest_agent(salt="one"))
+    second = submit(running, student, honest_agent(salt="two"))
+    running.run_worker()
+    before = me(running, student)["feedback"]["bits_disclosed"]
+    regrade = {"mode": "answers", "include_up_to_date": True}
+    response = running.client.post(
+        "/api/instructor/regrades", json=regrade, headers=instructor.headers
+    )
+    assert response.status_code == 201 and response.get_json()["regraded"] == 2
+    assert me(running, student)["feedback"]["bits_disclosed"] == pytest.approx(before, abs=0.01)
+    one, two = (
+        running.client.get(f"/api/submissions/{sid}", headers=student.headers).get_json()
+        for sid in (first, second)
+    )
+    assert one["feedback"]["released"] is True and "by_kind" in one["feedback"]
+    assert two["feedback"]["released"] is False and two["feedback"]["best_submission"] == first
+    page = logged_in(running.app, student).get(f"/submissions/{second}").get_data(as_text=True)
+    assert f'href="/submissions/{first}"' in page
