@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -356,28 +357,29 @@ def test_question_dependent_timing_changes_nothing_a_student_reads(
 def test_nothing_a_student_receives_under_release_carries_a_question(
     course: Callable[[str], Course], student: Account
 ) -> None:
-    """Withheld and coarse views, /api/me and the pages carry no fragment of a hidden case."""
+    """Withheld and coarse views, /api/me and the pages (all rendered, the coarse page with
+    its buckets) carry no fragment of a hidden case."""
     for mode in ("ladder", "coarse"):
         running = course(f'feedback = "{mode}"\n{NO_HOLD}')
         attack(running, student)
-        texts = [
-            running.client.get("/api/submissions", headers=student.headers).get_data(as_text=True),
-            running.client.get("/api/me", headers=student.headers).get_data(as_text=True),
-        ]
         browser = logged_in(running.app, student)
-        texts.append(browser.get("/submissions").get_data(as_text=True))
-        for sub in running.client.get("/api/submissions", headers=student.headers).get_json()[
-            "submissions"
-        ]:
-            texts.append(
-                running.client.get(
-                    f"/api/submissions/{sub['id']}", headers=student.headers
-                ).get_data(as_text=True)
+        responses = [
+            running.client.get("/api/submissions", headers=student.headers),
+            running.client.get("/api/me", headers=student.headers),
+            browser.get("/submissions"),
+        ]
+        listing = running.client.get("/api/submissions", headers=student.headers).get_json()
+        for sub in listing["submissions"]:
+            responses.append(
+                running.client.get(f"/api/submissions/{sub['id']}", headers=student.headers)
             )
-            texts.append(browser.get(f"/submissions/{sub['id']}").get_data(as_text=True))
-        blob = "\n".join(texts).lower()
+            responses.append(browser.get(f"/submissions/{sub['id']}"))
+        assert all(response.status_code == 200 for response in responses)
+        blob = "\n".join(response.get_data(as_text=True) for response in responses).lower()
         for fragment in SECRET_FRAGMENTS:
             assert fragment not in blob, (mode, fragment)
+        if mode == "coarse":
+            assert re.search(r"\d+–\d+%", blob), "the coarse page shows its buckets"
 
 
 def test_instructors_see_the_bits_on_roster_student_page_and_csv(
