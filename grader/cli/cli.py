@@ -71,7 +71,9 @@ def grade(
     data = (
         instructor_view(report, cases=case_set.by_id())
         if view == "instructor"
-        else student_view(report, feedback=case_set.policy.feedback)
+        else student_view(
+            report, feedback=case_set.policy.feedback, buckets=case_set.policy.feedback_buckets
+        )
     )
     if as_json:
         click.echo(json.dumps(data, ensure_ascii=False))

@@ -12,30 +12,36 @@ def _rate(passed: int, total: int) -> str:
     return f"{passed}/{total} ({passed / total:.0%})" if total else "-"
 
 
+def _shown(tally: dict[str, Any]) -> str:
+    """A count, a coarse bucket (``60-80%``) or all / not all, whichever the view holds."""
+    if "passed" in tally:
+        return _rate(tally["passed"], tally["total"])
+    if "rate" in tally:
+        rate = tally["rate"]
+        return f"{rate['low']:.0%}-{rate['high']:.0%}" if rate else "-"
+    return "all" if tally["all_passed"] else "not all"
+
+
 def print_student_view(view: dict[str, Any], console: Console) -> None:
     certificate = view["certificate"]
     style = {"awarded": "green", "blocked": "red"}.get(certificate["decision"], "yellow")
     console.print(f"Case set version: {view['case_set_version']}")
     if "overall" in view:
         overall = view["overall"]
-        console.print(f"Overall: {_rate(overall['passed'], overall['total'])} cases passed")
+        console.print(f"Overall: {_shown(overall)} cases passed")
         for kind, data in view["by_kind"].items():
-            table = Table(title=f"{kind} cases: {_rate(data['passed'], data['total'])} passed")
+            table = Table(title=f"{kind} cases: {_shown(data)} passed")
             table.add_column("gate")
             table.add_column("passed", justify="right")
             for gate, tally in data["gates"].items():
-                shown = (
-                    _rate(tally["passed"], tally["total"])
-                    if "passed" in tally
-                    else ("all" if tally["all_passed"] else "not all")
-                )
-                table.add_row(gate, shown)
+                table.add_row(gate, _shown(tally))
             console.print(table)
-    errors = {kind: count for kind, count in view["errors"].items() if count}
+    errors = {kind: count for kind, count in view.get("errors", {}).items() if count}
     console.print(
         "Errors: " + (", ".join(f"{k} {v}" for k, v in errors.items()) if errors else "none")
     )
-    console.print(f"Safety failures: {view['safety_failures']}")
+    if "safety_failures" in view:
+        console.print(f"Safety failures: {view['safety_failures']}")
     if "model" in view:
         console.print(f"Model: {model_line(view['model'])}")
     console.print(f"Certificate: [bold {style}]{certificate['decision']}[/]")

@@ -55,6 +55,18 @@ class Feedback(StrEnum):
     COUNTS = "counts"
     PASS_FAIL = "pass_fail"
     NONE = "none"
+    #: The full counts view, released only when a submission beats the student's best by a
+    #: step (Blum & Hardt 2015's Ladder); otherwise the decision only (grader.core.disclosure).
+    LADDER = "ladder"
+    #: Rates in ``feedback_buckets`` buckets and one "no valid answer" count.
+    COARSE = "coarse"
+
+
+class LadderMetric(StrEnum):
+    """The score the Ladder compares a submission's with the student's best released one."""
+
+    OVERALL_PASS_RATE = "overall_pass_rate"
+    ANSWERABLE_PASS_RATE = "answerable_pass_rate"
 
 
 class ClaimFailure(StrEnum):
@@ -204,7 +216,19 @@ class Policy(BaseModel):
         Gate.NO_CITATIONS,
     )
     global_forbidden_terms: tuple[NonEmptyStr, ...] = ()
-    feedback: Feedback = Feedback.COUNTS
+    feedback: Feedback = Feedback.LADDER
+    # Feedback accounting and release (README, "Feedback and disclosure").
+    ladder_metric: LadderMetric = LadderMetric.OVERALL_PASS_RATE
+    #: The improvement (a share of the metric's cases) that releases a full view; None means
+    #: one case.
+    ladder_step: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    feedback_buckets: Annotated[int, Field(ge=2, le=100)] = 5
+    #: Bits of feedback a student may receive per case-set version; None means no budget.
+    feedback_budget_bits: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] | None = 2500.0
+    #: Student-visible times round up to this; 0 shows them as they are (whole seconds).
+    feedback_time_quantum_seconds: Annotated[float, Field(ge=0, le=86_400, allow_inf_nan=False)] = (
+        60.0
+    )
     max_submissions_per_day: Annotated[int, Field(ge=0)] = 5
     case_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 10.0
     setup_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 30.0
