@@ -477,3 +477,40 @@ def test_cli_grade_shows_model_usage(
     assert bad.stderr.strip().splitlines() == [
         "grader: --model-upstream 'ftp://nowhere': not an http:// or https:// URL"
     ]
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "submissions" / "examples"
+
+
+def test_llm_reference_example_is_awarded_on_the_demo_set_through_the_gateway(
+    course_model: CourseModel,
+) -> None:
+    """The shipped LLM example, in bubblewrap, earns the demo set's certificate by calling
+    ``course-chat`` through the gateway on the answerable cases, and the student sees only the
+    run's model summary."""
+    from grader.core.casesets import load_case_set
+
+    case_set = load_case_set(EXAMPLES.parent.parent / "private_cases")
+    report = grade_agent(
+        EXAMPLES / "llm_reference",
+        entrypoint="agent:answer",
+        setup="agent:setup",
+        case_set=case_set,
+        sandbox=make_sandbox("bwrap"),
+        label="llm-example",
+        model_upstream=UpstreamConfig(course_model.url, course_model.key),
+    )
+    view = instructor_view(report)
+    assert view["certificate"]["decision"] == "awarded", view["certificate"]
+    called = [row for row in view["cases"] if row["model_calls"]]
+    assert called and all(call["error"] is None for r in called for call in r["model_calls"])
+    assert view["model"]["calls"] == sum(len(r["model_calls"]) for r in view["cases"])
+    assert view["model"]["usd"] > 0
+    assert "model_calls" not in json.dumps(student_view(report))
+
+
+def test_llm_reference_carries_the_reference_agents_retrieval_unchanged() -> None:
+    """An agent package is uploaded alone, so the LLM example keeps its own copy of the
+    reference agent's retrieval; the copy must not drift from the original."""
+    original = (EXAMPLES / "reference" / "agent.py").read_bytes()
+    assert (EXAMPLES / "llm_reference" / "retrieval.py").read_bytes() == original
