@@ -8,10 +8,16 @@ BIN := $(VENV)/bin
 setup:
 	scripts/setup.sh
 
+# The demo set's policy names a model (course-chat): the course model server answers for it.
+DEMO_MODEL_PORT ?= 8400
+
 demo: setup
-	@for agent in reference refuse_all cite_all; do \
+	@$(BIN)/grader model serve --port $(DEMO_MODEL_PORT) & model=$$!; \
+	trap 'kill $$model' EXIT; sleep 1; \
+	for agent in reference llm_reference refuse_all cite_all; do \
 		echo "== submissions/examples/$$agent"; \
-		$(BIN)/grader grade submissions/examples/$$agent --cases private_cases --sandbox bwrap || exit 1; \
+		$(BIN)/grader grade submissions/examples/$$agent --cases private_cases --sandbox bwrap \
+			--model-upstream http://127.0.0.1:$(DEMO_MODEL_PORT)/v1 || exit 1; \
 		echo; \
 	done
 
@@ -44,3 +50,4 @@ bench: setup
 	$(BIN)/python benchmarks/bench_regrade.py
 	$(BIN)/python benchmarks/bench_gates.py
 	$(BIN)/python benchmarks/bench_audit.py
+	$(BIN)/python benchmarks/bench_compare.py

@@ -94,3 +94,11 @@ class DecisionError(GraderError, ValueError):
 
 class InvalidTransition(DecisionError):
     """A valid action that the student's current state does not allow (a conflict, not bad input)."""
+
+
+# --- Comparison (grader.core.compare) -------------------------------------------------------
+
+
+class ComparisonRefused(GraderError):
+    """Two result sets cannot be compared (different case-set versions, no paired case, a bad
+    metric or alpha); the message is one line saying why."""

@@ -8,7 +8,9 @@ validated by :func:`answer_or_error`, graded by :func:`grade_answer` and decided
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import shutil
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,11 @@ from grader.core.models import (
 from grader.core.retrieval import case_metrics, mean_metrics
 from grader.core.scoring import decide, grade_case
 from grader.exceptions import SandboxUnavailable
-from grader.sandbox.base import LaunchSpec, Limits, Sandbox
+from grader.gateway.server import Gateway
+from grader.gateway.upstream import Upstream, UpstreamConfig
+from grader.sandbox.base import GatewayMount, LaunchSpec, Limits, Sandbox
 from grader.sandbox.session import CaseRun, run_session
+from grader.sandbox.staging import private_folder
 
 
 def limits_for(policy: Policy) -> Limits:
@@ -117,6 +122,32 @@ def build_report(
     )
 
 
+@contextlib.contextmanager
+def model_gateway(
+    case_set: CaseSet,
+    *,
+    upstream: UpstreamConfig | None = None,
+    cache_dir: Path | None = None,
+) -> Iterator[Gateway | None]:
+    """The run's model gateway when the set's policy names models (DESIGN §4a), else None."""
+    if not case_set.policy.models:
+        yield None
+        return
+    folder = private_folder()
+    try:
+        gateway = Gateway(
+            policy=case_set.policy,
+            case_set_version=case_set.version,
+            folder=folder,
+            upstream=Upstream(upstream) if upstream is not None and upstream.url else None,
+            cache_dir=cache_dir,
+        )
+        with gateway:
+            yield gateway
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def grade_agent(
     agent_dir: Path,
     *,
@@ -126,8 +157,14 @@ def grade_agent(
     sandbox: Sandbox,
     label: str = "local",
     package_sha256: str | None = None,
+    model_upstream: UpstreamConfig | None = None,
+    model_cache_dir: Path | None = None,
 ) -> GradeReport:
-    """Run the agent in ``sandbox`` on every case of ``case_set`` and grade the answers."""
+    """Run the agent in ``sandbox`` on every case of ``case_set`` and grade the answers.
+
+    When the set's policy names models, the agent reaches ``model_upstream`` through a gateway
+    that meters, budgets and records its calls (DESIGN §4a).
+    """
     root = case_set.root.resolve()
     for exposed in sandbox.exposed_host_paths:
         if root.is_relative_to(exposed):
@@ -135,17 +172,25 @@ def grade_agent(
                 f"the case set is under {exposed}, which the {sandbox.name} sandbox shows to "
                 "agents; move it elsewhere"
             )
-    spec = LaunchSpec(
-        agent_dir=agent_dir,
-        corpus_dir=case_set.corpus.root,
-        entrypoint=entrypoint,
-        setup=setup,
-        label=label,
-        limits=limits_for(case_set.policy),
-    )
-    session = run_session(sandbox, spec, [(case.id, case.question) for case in case_set.cases])
-    results = results_from_runs(case_set, session.runs)
-    return build_report(
+    questions = [(case.id, case.question) for case in case_set.cases]
+    with model_gateway(case_set, upstream=model_upstream, cache_dir=model_cache_dir) as gateway:
+        spec = LaunchSpec(
+            agent_dir=agent_dir,
+            corpus_dir=case_set.corpus.root,
+            entrypoint=entrypoint,
+            setup=setup,
+            label=label,
+            limits=limits_for(case_set.policy),
+            gateway=GatewayMount(gateway.folder, gateway.token) if gateway else None,
+        )
+        session = run_session(sandbox, spec, questions, observer=gateway)
+        results = results_from_runs(case_set, session.runs)
+        if gateway is not None:
+            results = tuple(
+                result.model_copy(update={"model_calls": gateway.calls(result.case_id)})
+                for result in results
+            )
+    report = build_report(
         case_set,
         results,
         sandbox=sandbox.name,
@@ -153,3 +198,4 @@ def grade_agent(
         package_sha256=package_sha256,
         restarts=session.restarts,
     )
+    return report.model_copy(update={"model_gateway": gateway is not None})

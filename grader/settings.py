@@ -13,7 +13,7 @@ import secrets
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from grader.exceptions import SettingsError
@@ -108,6 +108,14 @@ class Settings(BaseSettings):
     #: A connection that sends nothing for this long is closed (idle keep-alive or a stalled
     #: upload).
     serve_idle_timeout_seconds: Annotated[int, Field(gt=0)] = 60
+    #: The model upstream the gateway forwards agents' calls to (DESIGN §4a), an
+    #: OpenAI-compatible base URL such as ``http://127.0.0.1:8400/v1`` (``grader model serve``).
+    #: Empty: agents' model calls get 503.
+    model_upstream_url: str = ""
+    #: The upstream's API key; it stays in the grader and never enters a sandbox.
+    model_upstream_key: SecretStr = SecretStr("")
+    #: Where the gateway keeps cached answers for case sets with ``model_cache = true``.
+    model_cache_dir: Path = Path("var/model-cache")
 
     @field_validator("storage_url")
     @classmethod

@@ -46,11 +46,18 @@ fi
 context=$(mktemp -d /var/tmp/grader-server-build-XXXXXX)
 trap 'rm -rf "$context"' EXIT
 say "wheels of the grader and its dependencies (on the host)"
+# From a clean copy of the sources: setuptools reuses an in-tree build/ folder, which would
+# carry files deleted or renamed since (a stale migration makes two Alembic heads).
+mkdir "$context/src"
+tar --exclude=./.git --exclude=./.venv --exclude=./build --exclude='./*.egg-info' \
+    --exclude=./var --exclude='__pycache__' -cf - . | tar -C "$context/src" -xf -
 # SOURCE_DATE_EPOCH makes the wheels reproducible, so an unchanged grader hashes the same.
 # async-timeout: redis needs it on Python < 3.11.3 (Debian 12's python3 is 3.11.2); a host
 # Python newer than that leaves it out of the resolution, so it is asked for explicitly.
-SOURCE_DATE_EPOCH=315532800 "$python" -m pip wheel --quiet --disable-pip-version-check . 'async-timeout>=4.0.3' \
-    -w "$context/wheels" 2> >(grep -v "is ignored: it is neither" >&2) >&2
+SOURCE_DATE_EPOCH=315532800 "$python" -m pip wheel --quiet --disable-pip-version-check \
+    "$context/src" 'async-timeout>=4.0.3' -w "$context/wheels" \
+    2> >(grep -v "is ignored: it is neither" >&2) >&2
+rm -rf "$context/src"
 cp deploy/Dockerfile.server "$context/Dockerfile"
 base_id=$(docker image inspect --format '{{.Id}}' "$base")
 digest=$( (cd "$context" && find . -type f -printf '%P\n' | sort | xargs -d '\n' sha256sum; \

@@ -16,6 +16,7 @@ from grader.audit.report import run_audit
 from grader.core.views import instructor_view, student_view
 
 from .audit import audit as audit_command
+from .compare import compare
 from .helpers import (
     EXIT_AUDIT_FAILED,
     choose_sandbox_or_fail,
@@ -23,8 +24,10 @@ from .helpers import (
     grade_package_or_fail,
     load_cases_or_fail,
     max_share_option,
+    model_upstream_option,
     sandbox_option,
 )
+from .model import model
 from .practice import practice
 from .regrade import regrade
 from .render import print_instructor_cases, print_student_view
@@ -52,15 +55,25 @@ def main() -> None:
     "--view", type=click.Choice(["student", "instructor"]), default="student", show_default=True
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def grade(package: Path, cases_dir: Path, sandbox_name: str, view: str, as_json: bool) -> None:
+@model_upstream_option
+def grade(
+    package: Path,
+    cases_dir: Path,
+    sandbox_name: str,
+    view: str,
+    as_json: bool,
+    model_upstream: str | None,
+) -> None:
     """Grade PACKAGE (a folder, .zip or .tar.gz) against the case set in --cases."""
     case_set = load_cases_or_fail(cases_dir)
     sandbox = choose_sandbox_or_fail(sandbox_name)
-    report = grade_package_or_fail(package, case_set, sandbox)
+    report = grade_package_or_fail(package, case_set, sandbox, model_upstream=model_upstream)
     data = (
         instructor_view(report, cases=case_set.by_id())
         if view == "instructor"
-        else student_view(report, feedback=case_set.policy.feedback)
+        else student_view(
+            report, feedback=case_set.policy.feedback, buckets=case_set.policy.feedback_buckets
+        )
     )
     if as_json:
         click.echo(json.dumps(data, ensure_ascii=False))
@@ -127,5 +140,7 @@ for command in (
     storage,
     audit_command,
     regrade,
+    compare,
+    model,
 ):
     main.add_command(command)

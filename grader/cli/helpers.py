@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from grader.core.models import GradeReport
+    from grader.gateway.upstream import UpstreamConfig
 
 #: Bad input: a package, a case set, an option, the settings.
 EXIT_BAD_INPUT = 2
@@ -74,6 +75,17 @@ def sandbox_option(auto_means: str) -> Callable[[FC], FC]:
         show_default=True,
         help=f"auto = {auto_means}.",
     )
+
+
+#: ``--model-upstream URL`` on ``grade`` and ``practice run`` (else GRADER_MODEL_UPSTREAM_URL).
+model_upstream_option = click.option(
+    "--model-upstream",
+    "model_upstream",
+    metavar="URL",
+    default=None,
+    help="OpenAI-compatible base URL the model gateway forwards to (e.g. "
+    "http://127.0.0.1:8400/v1); default GRADER_MODEL_UPSTREAM_URL.",
+)
 
 
 def fail(message: str, status: int = EXIT_BAD_INPUT) -> NoReturn:
@@ -170,12 +182,34 @@ def load_cases_or_fail(path: Path) -> CaseSet:
         fail(str(exc))
 
 
+def model_settings(case_set: CaseSet, url: str | None) -> tuple[UpstreamConfig | None, Path | None]:
+    """The upstream and cache folder for a set whose policy names models (settings read only
+    then); ``url`` (``--model-upstream``) replaces GRADER_MODEL_UPSTREAM_URL."""
+    from grader.gateway.upstream import UpstreamConfig
+
+    if not case_set.policy.models:
+        return None, None
+    settings = read_settings()
+    chosen = url if url is not None else settings.model_upstream_url
+    if chosen and not chosen.startswith(("http://", "https://")):
+        fail(f"--model-upstream {chosen!r}: not an http:// or https:// URL")
+    key = settings.model_upstream_key.get_secret_value()
+    return (UpstreamConfig(chosen, key) if chosen else None), settings.model_cache_dir
+
+
 def grade_package_path(
-    package: Path, case_set: CaseSet, sandbox: Sandbox, *, label: str = "cli"
+    package: Path,
+    case_set: CaseSet,
+    sandbox: Sandbox,
+    *,
+    label: str = "cli",
+    model_upstream: str | None = None,
 ) -> GradeReport:
     """Prepare a package (folder or archive) in a temporary folder and grade it."""
     from grader.grading import grade_agent
     from grader.packages import prepare_package
+
+    upstream, cache_dir = model_settings(case_set, model_upstream)
 
     with tempfile.TemporaryDirectory(prefix="grader-package-") as workdir:
         prepared = prepare_package(package, Path(workdir))
@@ -187,14 +221,23 @@ def grade_package_path(
             sandbox=sandbox,
             label=label,
             package_sha256=prepared.sha256,
+            model_upstream=upstream,
+            model_cache_dir=cache_dir,
         )
 
 
 def grade_package_or_fail(
-    package: Path, case_set: CaseSet, sandbox: Sandbox, *, label: str = "cli"
+    package: Path,
+    case_set: CaseSet,
+    sandbox: Sandbox,
+    *,
+    label: str = "cli",
+    model_upstream: str | None = None,
 ) -> GradeReport:
     """:func:`grade_package_path`, or one line and exit status 2 (a bad package)."""
     try:
-        return grade_package_path(package, case_set, sandbox, label=label)
+        return grade_package_path(
+            package, case_set, sandbox, label=label, model_upstream=model_upstream
+        )
     except GraderError as exc:
         fail(str(exc))

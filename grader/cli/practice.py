@@ -36,10 +36,11 @@ from .helpers import (
     fail,
     grade_package_or_fail,
     load_cases_or_fail,
+    model_upstream_option,
     note,
     sandbox_option,
 )
-from .render import print_student_view
+from .render import case_model_cell, print_student_view
 
 #: The practice set ``practice run`` grades on by default: the source set in a checkout of this
 #: repository. (The server serves the *published* set, ``Settings.practice_dir``.)
@@ -186,6 +187,8 @@ def _print_case(row: dict[str, Any], console: Console) -> None:
         )
     if row["diagnosis"]:
         console.print(f"  diagnosis: {row['diagnosis']}")
+    if row.get("model_calls"):
+        console.print(f"  model: {case_model_cell(row['model_calls'])}")
 
 
 @practice.command()
@@ -200,12 +203,17 @@ def _print_case(row: dict[str, Any], console: Console) -> None:
 )
 @sandbox_option("bwrap when usable, else unsandboxed with a warning")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def run(agent: Path, practice_dir: Path, sandbox_name: str, as_json: bool) -> None:
+@model_upstream_option
+def run(
+    agent: Path, practice_dir: Path, sandbox_name: str, as_json: bool, model_upstream: str | None
+) -> None:
     """Grade AGENT (a folder, .zip or .tar.gz) on the practice set, showing every case."""
     case_set = load_cases_or_fail(practice_dir)
     _check_manifest(case_set)
     sandbox = choose_sandbox_or_fail(sandbox_name, unsandboxed_fallback=True)
-    report = grade_package_or_fail(agent, case_set, sandbox, label="practice")
+    report = grade_package_or_fail(
+        agent, case_set, sandbox, label="practice", model_upstream=model_upstream
+    )
     view = practice_view(report, case_set)
     if as_json:
         click.echo(json.dumps(view, ensure_ascii=False))

@@ -55,6 +55,18 @@ class Feedback(StrEnum):
     COUNTS = "counts"
     PASS_FAIL = "pass_fail"
     NONE = "none"
+    #: The full counts view, released only when a submission beats the student's best by a
+    #: step (Blum & Hardt 2015's Ladder); otherwise the decision only (grader.core.disclosure).
+    LADDER = "ladder"
+    #: Rates in ``feedback_buckets`` buckets and one "no valid answer" count.
+    COARSE = "coarse"
+
+
+class LadderMetric(StrEnum):
+    """The score the Ladder compares a submission's with the student's best released one."""
+
+    OVERALL_PASS_RATE = "overall_pass_rate"
+    ANSWERABLE_PASS_RATE = "answerable_pass_rate"
 
 
 class ClaimFailure(StrEnum):
@@ -145,6 +157,39 @@ class Case(BaseModel):
         return self
 
 
+class ModelAlias(BaseModel):
+    """One model an agent may name through the gateway (``[models.<alias>]``, DESIGN §4a)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: The model name sent upstream.
+    upstream: NonEmptyStr
+    input_usd_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    output_usd_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    #: The date the prices were taken from the provider's price list (shown with every cost).
+    prices_date: Annotated[StrictStr, Field(pattern=r"^\d{4}-\d{2}-\d{2}$")] = "1970-01-01"
+
+    def usd(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """The cost of one call at this model's prices."""
+        return (
+            prompt_tokens * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok
+        ) / 1_000_000
+
+
+class ModelLimits(BaseModel):
+    """What the model gateway enforces per case and per run (``[model_limits]``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    calls_per_case: Annotated[int, Field(ge=0, le=10_000)] = 4
+    tokens_per_case: Annotated[int, Field(ge=0)] = 8000
+    tokens_per_run: Annotated[int, Field(ge=0)] = 200_000
+    usd_per_run: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.50
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 1024
+    temperature_max: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] = 1.0
+    request_bytes: Annotated[int, Field(ge=1024, le=16_000_000)] = 200_000
+
+
 class Policy(BaseModel):
     """A case set's grading policy (``policy.toml``); every key has a default."""
 
@@ -171,7 +216,19 @@ class Policy(BaseModel):
         Gate.NO_CITATIONS,
     )
     global_forbidden_terms: tuple[NonEmptyStr, ...] = ()
-    feedback: Feedback = Feedback.COUNTS
+    feedback: Feedback = Feedback.LADDER
+    # Feedback accounting and release (README, "Feedback and disclosure").
+    ladder_metric: LadderMetric = LadderMetric.OVERALL_PASS_RATE
+    #: The improvement (a share of the metric's cases) that releases a full view; None means
+    #: one case.
+    ladder_step: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    feedback_buckets: Annotated[int, Field(ge=2, le=100)] = 5
+    #: Bits of feedback a student may receive per case-set version; None means no budget.
+    feedback_budget_bits: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] | None = 2500.0
+    #: Student-visible times round up to this; 0 shows them as they are (whole seconds).
+    feedback_time_quantum_seconds: Annotated[float, Field(ge=0, le=86_400, allow_inf_nan=False)] = (
+        60.0
+    )
     max_submissions_per_day: Annotated[int, Field(ge=0)] = 5
     case_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 10.0
     setup_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 30.0
@@ -180,6 +237,13 @@ class Policy(BaseModel):
     pids_limit: Annotated[int, Field(ge=8, le=4096)] = 64
     max_answer_bytes: Annotated[int, Field(ge=1024, le=16_000_000)] = 1_000_000
     corpus: NonEmptyStr | None = None
+    #: Model aliases agents may call through the gateway (DESIGN §4a); none: no gateway.
+    models: dict[
+        Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")], ModelAlias
+    ] = Field(default_factory=dict)
+    model_limits: ModelLimits = Field(default_factory=ModelLimits)
+    #: Answer a repeated request (same case-set version, model and body) from the cache.
+    model_cache: StrictBool = False
 
 
 def _finite(value: float) -> float:
@@ -225,6 +289,24 @@ class Diagnosis(StrEnum):
     GENERATION = "generation"
 
 
+class ModelCall(BaseModel):
+    """One call an agent made through the model gateway while answering a case (DESIGN §4a)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: The alias the agent named (or what it sent, when refused as unknown).
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    usd: float = 0.0
+    cached: bool = False
+    #: None for a served call, else why it failed or was refused (``"429: …"``).
+    error: str | None = None
+    #: The date of the price table ``usd`` was computed from.
+    prices_date: str | None = None
+
+
 class CaseResult(BaseModel):
     """The graded outcome of one case: gate outcomes plus what produced them."""
 
@@ -241,6 +323,8 @@ class CaseResult(BaseModel):
     seconds: float | None = None
     #: Why claim_support failed (None when it passed, was not run, or was not recorded).
     claim_failure: ClaimFailure | None = None
+    #: Calls made through the model gateway while answering this case.
+    model_calls: tuple[ModelCall, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -285,3 +369,5 @@ class GradeReport(BaseModel):
     decision: CertificateDecision
     retrieval: dict[str, float] | None = None
     restarts: int = 0
+    #: Whether the run had a model gateway (the case set's policy names models).
+    model_gateway: bool = False

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .disclosure import coarse_failing_gates, coarse_parts, coarse_reasons
+from .model_usage import call_rows, model_summary
 from .models import Case, CaseKind, ClaimFailure, Feedback, Gate, GradeReport
 from .scoring import Summary, Tally, summarize
 
@@ -105,16 +107,53 @@ def _hints(summary: Summary) -> list[dict[str, str]]:
     return hints
 
 
+NO_VALID_ANSWER_HINT = (
+    "Some questions got no valid answer (a timeout, a crash, an invalid answer object or "
+    "running out of memory)."
+)
+
+
+def _coarse_view(view: dict[str, Any], summary: Summary, report: GradeReport, buckets: int) -> None:
+    """Fill ``view`` with the coarse feedback: bucketed rates, one error count, no numbers."""
+    parts = coarse_parts(summary, buckets)
+    view.update(parts)
+    hints: list[dict[str, str]] = [
+        {"gate": gate, "hint": GATE_HINTS[Gate(gate)]}
+        for gate in coarse_failing_gates(summary, buckets)
+    ]
+    if parts["errors"]["no_valid_answer"]:
+        hints.append({"error": "no_valid_answer", "hint": NO_VALID_ANSWER_HINT})
+    view["hints"] = hints
+    view["safety_failures"] = summary.safety_failures
+    view["certificate"] = {
+        "decision": report.decision.decision.value,
+        "reasons": coarse_reasons(report.decision.decision, report.decision.reasons),
+    }
+
+
 def student_view(
-    report: GradeReport, *, feedback: Feedback = Feedback.COUNTS, status: str = "graded"
+    report: GradeReport,
+    *,
+    feedback: Feedback = Feedback.COUNTS,
+    status: str = "graded",
+    buckets: int = 5,
 ) -> dict[str, Any]:
-    """What a student may see of their run: counts, errors, safety count, decision, hints."""
+    """What a student may see of their run: counts, errors, safety count, decision, hints.
+
+    ``ladder`` builds the full counts view (whether it is released is
+    :func:`grader.core.disclosure.plan_release`'s decision); ``coarse`` buckets the rates.
+    """
     summary = summarize(report.results)
     view: dict[str, Any] = {
         "status": status,
         "case_set_version": report.versions.case_set,
         "feedback": feedback.value,
     }
+    if feedback is Feedback.COARSE:
+        _coarse_view(view, summary, report, buckets)
+        return view
+    if feedback is Feedback.LADDER:
+        feedback = Feedback.COUNTS
     if feedback is not Feedback.NONE:
         overall, by_kind = _counts(summary, feedback)
         view["overall"] = overall
@@ -126,6 +165,8 @@ def student_view(
         "decision": report.decision.decision.value,
         "reasons": list(report.decision.reasons),
     }
+    if report.model_gateway:
+        view["model"] = model_summary(report.results)
     return view
 
 
@@ -159,6 +200,7 @@ def instructor_view(
                 "seconds": result.seconds,
                 "question": case.question if case else None,
                 "slices": list(case.slices) if case else [],
+                "model_calls": call_rows(result),
             }
         )
     view["cases"] = rows

@@ -75,6 +75,8 @@ class StoredCase:
     error_kind: str | None
     seconds: float | None
     passed: bool
+    #: The case's model-gateway calls as stored (null without a gateway).
+    model_calls: list[dict[str, Any]] | None = None
 
 
 def stored_cases(*, session: Session, grading_ids: Sequence[int]) -> dict[int, list[StoredCase]]:
@@ -90,6 +92,7 @@ def stored_cases(*, session: Session, grading_ids: Sequence[int]) -> dict[int, l
                 col(EvalRecordRow.error_kind),
                 col(EvalRecordRow.seconds),
                 col(EvalRecordRow.passed),
+                col(EvalRecordRow.model_calls),
             )
             .where(col(EvalRecordRow.grading_id).in_(chunk))
             .order_by(col(EvalRecordRow.grading_id), col(EvalRecordRow.position))

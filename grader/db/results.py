@@ -24,6 +24,7 @@ from grader.core.models import (
     ErrorKind,
     Gate,
     GradeReport,
+    ModelCall,
 )
 
 from .tables import (
@@ -57,6 +58,11 @@ def eval_record_values(result: CaseResult, *, position: int, grading: GradingRow
         "safety_failures": [gate.value for gate in result.safety_failures],
         "diagnosis": result.diagnosis.value if result.diagnosis else None,
         "seconds": result.seconds,
+        "model_calls": (
+            [call.model_dump(mode="json") for call in result.model_calls]
+            if result.model_calls
+            else None
+        ),
         **version_columns(versions_of(grading)),
     }
 
@@ -134,6 +140,7 @@ def report_from_records(grading: GradingRow, records: Sequence[EvalRecordRow]) -
             safety_failures=tuple(Gate(name) for name in record.safety_failures),
             diagnosis=Diagnosis(record.diagnosis) if record.diagnosis else None,
             seconds=record.seconds,
+            model_calls=tuple(ModelCall.model_validate(call) for call in record.model_calls or ()),
         )
         for record in records
     )
@@ -145,6 +152,8 @@ def report_from_records(grading: GradingRow, records: Sequence[EvalRecordRow]) -
         ),
         retrieval=grading.retrieval,
         restarts=grading.restarts,
+        # A run with a gateway carries the model summary in its student view (DESIGN §4a).
+        model_gateway="model" in (grading.student_view or {}),
     )
 
 
@@ -153,6 +162,26 @@ def load_report(*, session: Session, grading_id: int) -> GradeReport | None:
     if grading is None:
         return None
     return report_from_records(grading, eval_records(session=session, grading_id=grading_id))
+
+
+def load_reports(*, session: Session, grading_ids: Sequence[int]) -> dict[int, GradeReport]:
+    """Many result sets rebuilt at once (``CHUNK`` result sets per query), by grading id."""
+    found: dict[int, GradeReport] = {}
+    for start in range(0, len(grading_ids), CHUNK):
+        chunk = list(grading_ids[start : start + CHUNK])
+        gradings = session.exec(select(GradingRow).where(col(GradingRow.id).in_(chunk))).all()
+        records = session.exec(
+            select(EvalRecordRow)
+            .where(col(EvalRecordRow.grading_id).in_(chunk))
+            .order_by(col(EvalRecordRow.grading_id), col(EvalRecordRow.position))
+        ).all()
+        grouped: dict[int, list[EvalRecordRow]] = {}
+        for record in records:
+            grouped.setdefault(record.grading_id, []).append(record)
+        for grading in gradings:
+            assert grading.id is not None
+            found[grading.id] = report_from_records(grading, grouped.get(grading.id, []))
+    return found
 
 
 # --------------------------------------------------------------------------------------------

@@ -216,6 +216,8 @@ class EvalRecordRow(SQLModel, table=True):
     safety_failures: list[str] = Field(default_factory=list, sa_type=sa.JSON)
     diagnosis: str | None = Field(default=None, max_length=32, sa_type=sa.String(32))
     seconds: float | None = Field(default=None)
+    #: The case's calls through the model gateway (instructors only); null without a gateway.
+    model_calls: list[dict[str, Any]] | None = Field(default=None, sa_type=sa.JSON)
 
 
 class CertificateDecisionRow(SQLModel, table=True):
@@ -356,3 +358,38 @@ def versions_of(row: GradingRow | EvalRecordRow) -> Versions:
         sandbox_image=row.sandbox_image,
         package_sha256=row.package_sha256,
     )
+
+
+class FeedbackDisclosureRow(SQLModel, table=True):
+    """What one result set showed its student and the bits it was charged (README, "Feedback
+    and disclosure"); the sum per student and case-set version is the student's feedback used.
+    """
+
+    __tablename__ = "feedback_disclosures"
+    __table_args__ = (
+        sa.Index("ix_feedback_disclosures_user_version", "user_id", "case_set_version"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    grading_id: int = Field(foreign_key="gradings.id", unique=True)
+    submission_id: str = Field(
+        foreign_key="submissions.id", index=True, max_length=32, sa_type=sa.String(32)
+    )
+    user_id: int = Field(foreign_key="users.id")
+    case_set_version: str = Field(max_length=64, sa_type=sa.String(64))
+    #: The policy's ``feedback`` mode, and the view shown (counts, coarse, decision_only, …).
+    mode: str = Field(max_length=16, sa_type=sa.String(16))
+    shown: str = Field(max_length=16, sa_type=sa.String(16))
+    released: bool
+    #: Why the view is the decision only: no_improvement | budget (null when released).
+    withheld: str | None = Field(default=None, max_length=16, sa_type=sa.String(16))
+    #: The Ladder's score of this result set (the policy's metric).
+    score: float | None = Field(default=None)
+    view_bits: float
+    timing_bits: float
+    #: view_bits + timing_bits: this result set's charge.
+    bits: float
+    created_at: datetime = Field(default_factory=utcnow, sa_type=sa.DateTime(timezone=True))
+    #: When the student may see the result: the finishing time rounded up to the policy's
+    #: time quantum (the student reads this as the finishing time).
+    release_at: datetime = Field(sa_type=sa.DateTime(timezone=True))

@@ -20,7 +20,7 @@ from sqlmodel import Session
 
 from grader.core.casesets import CaseSet
 from grader.core.models import Decision
-from grader.core.views import student_view
+from grader.db import disclosures
 from grader.db import regrades as regrade_rows
 from grader.db.regrades import RegradedSubmission, RunItem
 from grader.db.results import pass_counts
@@ -154,6 +154,13 @@ def regrade_from_answers(
         session=session, submission_ids=[submission.id for submission, _ in todo]
     )
     names = user_names(session=session)
+    # Feedback accounting (README, "Feedback and disclosure"): each student's total on this
+    # version, and what each replaced result set showed.
+    spent = disclosures.bits_by_student(session=session, case_set_version=case_set.version)
+    earlier_rows = disclosures.for_gradings(
+        session=session, grading_ids=[grading.id for _, grading in todo if grading.id]
+    )
+    planned: dict[str, disclosures.Planned] = {}
     result = RegradeResult(
         run_id=run.id if run else None, case_set_version=case_set.version, dry_run=dry_run
     )
@@ -162,10 +169,16 @@ def regrade_from_answers(
         assert grading.id is not None
         cases = stored.get(grading.id, [])
         regraded = regrade_recorded(
-            [RecordedCase.from_stored(c.case_id, c.answer, c.error_kind, c.seconds) for c in cases],
+            [
+                RecordedCase.from_stored(
+                    c.case_id, c.answer, c.error_kind, c.seconds, c.model_calls
+                )
+                for c in cases
+            ],
             case_set,
             versions=versions_of(grading),
             restarts=grading.restarts,
+            model_gateway="model" in (grading.student_view or {}),
         )
         report = regraded.report
         new_version = latest.get(submission.id, grading.version) + 1
@@ -186,6 +199,16 @@ def regrade_from_answers(
         )
         if run is None:
             continue
+        shown = disclosures.regraded_view(
+            earlier=earlier_rows.get(grading.id),
+            previous_view=grading.student_view,
+            report=report,
+            policy=case_set.policy,
+            spent=spent.get(submission.user_id, 0.0),
+            now=now,
+        )
+        spent[submission.user_id] = spent.get(submission.user_id, 0.0) + shown.release.bits
+        planned[submission.id] = shown
         new_grading = GradingRow(
             submission_id=submission.id,
             version=new_version,
@@ -193,7 +216,7 @@ def regrade_from_answers(
             created_at=now,
             decision=report.decision.decision.value,
             reasons=list(report.decision.reasons),
-            student_view=student_view(report, feedback=case_set.policy.feedback),
+            student_view=shown.view,
             retrieval=report.retrieval,
             restarts=report.restarts,
             seconds=0.0,
@@ -217,6 +240,15 @@ def regrade_from_answers(
         assert run.id is not None
         if written:
             regrade_rows.write_regrade(session=session, run_id=run.id, regraded=written)
+            owners = {submission.id: submission.user_id for submission, _ in todo}
+            disclosures.record_many(
+                session=session,
+                items=[
+                    (planned[item.submission_id], item.grading, owners[item.submission_id])
+                    for item in written
+                ],
+                now=now,
+            )
     result.seconds = time.perf_counter() - started
     if run is not None:
         run.submissions = len(result.changes)

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from grader.core.casesets import CaseSet
-from grader.core.models import Answer, CaseResult, Decision, ErrorKind, GradeReport, Versions
+from grader.core.models import (
+    Answer,
+    CaseResult,
+    Decision,
+    ErrorKind,
+    GradeReport,
+    ModelCall,
+    Versions,
+)
 from grader.grading import answer_or_error, build_report, grade_answer
 
 
@@ -26,6 +34,8 @@ class RecordedCase:
     answer: Answer | None
     error: ErrorKind | None
     seconds: float | None
+    #: The model calls the agent made on this case; they carry over to the new result set.
+    model_calls: tuple[ModelCall, ...] = ()
 
     @classmethod
     def from_stored(
@@ -34,12 +44,14 @@ class RecordedCase:
         answer: Mapping[str, Any] | None,
         error_kind: str | None,
         seconds: float | None,
+        model_calls: Sequence[Mapping[str, Any]] | None = None,
     ) -> RecordedCase:
         """From stored JSON; an answer that no longer validates counts as invalid output."""
+        calls = tuple(ModelCall.model_validate(call) for call in model_calls or ())
         if error_kind:
-            return cls(case_id, None, ErrorKind(error_kind), seconds)
+            return cls(case_id, None, ErrorKind(error_kind), seconds, calls)
         # No answer and no error kind, like an answer that no longer validates, is invalid output.
-        return cls(case_id, *answer_or_error(answer), seconds)
+        return cls(case_id, *answer_or_error(answer), seconds, calls)
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,7 @@ def regrade_recorded(
     *,
     versions: Versions,
     restarts: int = 0,
+    model_gateway: bool = False,
 ) -> Regraded:
     """Grade recorded answers against ``case_set`` (in the set's case order).
 
@@ -77,9 +90,12 @@ def regrade_recorded(
         if previous is None:
             missing.append(case.id)
             continue
-        results.append(
-            grade_answer(case_set, case, previous.answer, previous.error, seconds=previous.seconds)
+        result = grade_answer(
+            case_set, case, previous.answer, previous.error, seconds=previous.seconds
         )
+        if previous.model_calls:
+            result = result.model_copy(update={"model_calls": previous.model_calls})
+        results.append(result)
     in_set = {case.id for case in case_set.cases}
     dropped = tuple(case.case_id for case in recorded if case.case_id not in in_set)
     report = build_report(
@@ -90,16 +106,26 @@ def regrade_recorded(
         package_sha256=versions.package_sha256,
         restarts=restarts,
     )
+    if model_gateway:  # the run had a model gateway: its summary stays in both views
+        report = report.model_copy(update={"model_gateway": True})
     return Regraded(report=report, dropped=dropped, missing=tuple(missing))
 
 
 def regrade_report(old: GradeReport, case_set: CaseSet) -> Regraded:
     """Grade the answers recorded in ``old`` against ``case_set``."""
     recorded = [
-        RecordedCase(result.case_id, result.answer, result.error, result.seconds)
+        RecordedCase(
+            result.case_id, result.answer, result.error, result.seconds, result.model_calls
+        )
         for result in old.results
     ]
-    return regrade_recorded(recorded, case_set, versions=old.versions, restarts=old.restarts)
+    return regrade_recorded(
+        recorded,
+        case_set,
+        versions=old.versions,
+        restarts=old.restarts,
+        model_gateway=old.model_gateway,
+    )
 
 
 def changed_cases(old: GradeReport, new: GradeReport) -> tuple[str, ...]:

@@ -112,6 +112,9 @@ class RosterEntry:
     flags: tuple[ReviewFlag, ...]
     certificate_id: str | None
     current_version: str | None
+    #: Bits of feedback disclosed to the student on the current case-set version (an upper
+    #: bound, README "Feedback and disclosure").
+    feedback_bits: float = 0.0
 
     @property
     def needs_review(self) -> bool:
@@ -181,6 +184,7 @@ class RosterEntry:
             "needs_review": self.needs_review,
             "flags": [flag.value for flag in self.flags],
             "outdated": self.outdated,
+            "feedback_bits": round(self.feedback_bits, 2),
         }
 
 
@@ -194,6 +198,7 @@ def build_entry(
     certificate_id: str | None,
     current_version: str | None,
     audit_failed: bool = False,
+    feedback_bits: float = 0.0,
 ) -> RosterEntry:
     """One student's roster line from their current result sets and last decision.
 
@@ -232,6 +237,7 @@ def build_entry(
         flags=flags,
         certificate_id=certificate_id,
         current_version=current_version,
+        feedback_bits=feedback_bits,
     )
 
 

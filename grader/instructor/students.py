@@ -14,6 +14,7 @@ from sqlmodel import Session
 
 from grader.core.models import Decision
 from grader.db import certificates as certificate_rows
+from grader.db.disclosures import bits_by_student
 from grader.db.results import current_results
 from grader.db.submissions import submission_counts
 from grader.db.tables import (
@@ -72,6 +73,11 @@ def load_roster(
     counts = submission_counts(session=session, student_id=student_id)
     last = last_decisions(session=session, student_id=student_id)
     certificates = certificate_rows.active_certificates(session=session, student_id=student_id)
+    bits = (
+        bits_by_student(session=session, case_set_version=current_version, user_id=student_id)
+        if current_version
+        else {}
+    )
     entries = []
     for student in list_students(session=session, student_id=student_id):
         assert student.id is not None
@@ -86,6 +92,7 @@ def load_roster(
                 certificate_id=certificate.id if certificate else None,
                 current_version=current_version,
                 audit_failed=audit_failed,
+                feedback_bits=bits.get(student.id, 0.0),
             )
         )
     return entries

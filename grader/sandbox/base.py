@@ -9,7 +9,8 @@ Inside every sandbox the runner sees these environment variables (and no others 
 ``AGENT_DIR`` (the agent folder), ``CORPUS_DIR`` (the corpus folder), ``AGENT_ENTRYPOINT`` and
 ``AGENT_SETUP`` (``module:function``, the latter possibly empty), ``HOME=/tmp``,
 ``PYTHONDONTWRITEBYTECODE=1``, and a fixed ``PATH`` and UTF-8 locale (``LANG``, and for the
-process sandboxes ``PYTHONIOENCODING``).
+process sandboxes ``PYTHONIOENCODING``). A run with a model gateway adds ``OPENAI_API_KEY`` and
+``GRADER_GATEWAY_SOCKET`` (the runner turns the latter into ``OPENAI_BASE_URL``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,19 @@ class Limits:
                 raise ValueError(f"limit {name} must be positive")
 
 
+#: Where a run's model-gateway folder (holding ``model.sock``) is mounted inside a sandbox.
+GATEWAY_MOUNT = "/grader/gateway"
+
+
+@dataclass(frozen=True)
+class GatewayMount:
+    """A run's model gateway: the host folder holding its socket, and the run's token."""
+
+    folder: Path
+    token: str
+    socket_name: str = "model.sock"
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """What to start: the agent, its corpus, how to call it, and the limits."""
@@ -60,6 +74,17 @@ class LaunchSpec:
     setup: str | None = None
     label: str = "local"
     limits: Limits = field(default_factory=Limits)
+    #: The run's model gateway (DESIGN §4a); None: the agent gets no model.
+    gateway: GatewayMount | None = None
+
+    def gateway_env(self, mount: str = GATEWAY_MOUNT) -> dict[str, str]:
+        """What the runner needs to reach the gateway, with the folder mounted at ``mount``."""
+        if self.gateway is None:
+            return {}
+        return {
+            "GRADER_GATEWAY_SOCKET": f"{mount}/{self.gateway.socket_name}",
+            "OPENAI_API_KEY": self.gateway.token,
+        }
 
 
 @dataclass(frozen=True)

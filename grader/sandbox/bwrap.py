@@ -24,7 +24,7 @@ from pathlib import Path
 
 from grader.exceptions import SandboxUnavailable
 
-from .base import AgentProcess, LaunchSpec, Sandbox
+from .base import GATEWAY_MOUNT, AgentProcess, LaunchSpec, Sandbox
 from .hardening import SANDBOX_USER, SandboxUser, sandbox_user, seccomp_fd, seccomp_program
 from .process import ProcessAgent, runner_env, sweep_run_cgroups
 from .staging import stage, sweep_staged
@@ -149,6 +149,11 @@ class BwrapSandbox(Sandbox):
             "--ro-bind",
             str(staged.runner),
             "/grader/runner.py",
+            *(
+                ["--ro-bind", str(spec.gateway.folder), GATEWAY_MOUNT]
+                if spec.gateway is not None
+                else []
+            ),
             "--chdir",
             "/agent",
             # Last: the root bwrap built becomes read-only too; /tmp stays a writable tmpfs.

@@ -20,7 +20,13 @@ import docker.errors
 from docker.types import LogConfig, Mount, Ulimit
 
 from grader.exceptions import SandboxFailure, SandboxUnavailable
-from grader.sandbox.base import RUNNER_PATH, AgentProcess, LaunchSpec, Sandbox
+from grader.sandbox.base import (
+    GATEWAY_MOUNT,
+    RUNNER_PATH,
+    AgentProcess,
+    LaunchSpec,
+    Sandbox,
+)
 from grader.sandbox.docker_orphans import (
     OWNER_LABEL,
     ROLE_LABEL,
@@ -138,6 +144,11 @@ class DockerSandbox(Sandbox):
                 Mount("/agent", str(staged.agent), type="bind", read_only=True),
                 Mount("/corpus", str(staged.corpus), type="bind", read_only=True),
                 Mount("/grader/runner.py", str(staged.runner), type="bind", read_only=True),
+                *(
+                    [Mount(GATEWAY_MOUNT, str(spec.gateway.folder), type="bind", read_only=True)]
+                    if spec.gateway is not None
+                    else []
+                ),
             ],
             # No log driver: the engine would otherwise copy everything the agent prints to
             # a file on the host disk for the container's lifetime.
@@ -150,6 +161,7 @@ class DockerSandbox(Sandbox):
             "AGENT_SETUP": spec.setup or "",
             "HOME": "/tmp",
             "PYTHONDONTWRITEBYTECODE": "1",
+            **spec.gateway_env(),
         }
         labels = {
             SUBMISSION_LABEL: spec.label,

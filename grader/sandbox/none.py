@@ -22,7 +22,10 @@ class NoSandbox(Sandbox):
 
     def launch(self, spec: LaunchSpec) -> AgentProcess:
         env = runner_env(
-            spec, agent_dir=str(spec.agent_dir.resolve()), corpus_dir=str(spec.corpus_dir.resolve())
+            spec,
+            agent_dir=str(spec.agent_dir.resolve()),
+            corpus_dir=str(spec.corpus_dir.resolve()),
+            gateway_mount=str(spec.gateway.folder) if spec.gateway else None,
         )
         return ProcessAgent([sys.executable, "-I", str(RUNNER_PATH)], env, spec)
 

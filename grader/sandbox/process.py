@@ -288,9 +288,13 @@ class ProcessAgent(AgentProcess):
         return data[-self._stderr_cap :].decode("utf-8", "replace")
 
 
-def runner_env(spec: LaunchSpec, *, agent_dir: str, corpus_dir: str) -> dict[str, str]:
+def runner_env(
+    spec: LaunchSpec, *, agent_dir: str, corpus_dir: str, gateway_mount: str | None = None
+) -> dict[str, str]:
     """The only environment the runner gets (DESIGN §4: listed variables only)."""
+    gateway = spec.gateway_env(gateway_mount) if gateway_mount else spec.gateway_env()
     return {
+        **gateway,
         "AGENT_DIR": agent_dir,
         "CORPUS_DIR": corpus_dir,
         "AGENT_ENTRYPOINT": spec.entrypoint,

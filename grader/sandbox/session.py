@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from grader.core.models import ErrorKind
 from grader.exceptions import AgentStartError
@@ -38,6 +38,14 @@ class SessionResult:
     runs: tuple[CaseRun, ...]
     restarts: int
     stderr_tail: str
+
+
+class CaseObserver(Protocol):
+    """Told when each question starts and ends (the model gateway records calls per case)."""
+
+    def begin_case(self, key: str, deadline: float) -> None: ...
+
+    def end_case(self) -> None: ...
 
 
 class _Read(Enum):
@@ -137,7 +145,18 @@ class _Session:
             raise AgentStartError(" ".join(reason.split()))
         return kind
 
-    def ask(self, question: str) -> tuple[Any, ErrorKind | None]:
+    def ask(
+        self, question: str, key: str = "", observer: CaseObserver | None = None
+    ) -> tuple[Any, ErrorKind | None]:
+        if observer is None:
+            return self._ask(question)
+        observer.begin_case(key, min(self.clock() + self.limits.case_timeout_s, self.run_deadline))
+        try:
+            return self._ask(question)
+        finally:
+            observer.end_case()
+
+    def _ask(self, question: str) -> tuple[Any, ErrorKind | None]:
         assert self.process is not None and self.reader is not None
         qid = secrets.token_hex(12)
         request = json.dumps({"qid": qid, "question": question}, ensure_ascii=False) + "\n"
@@ -176,8 +195,11 @@ def run_session(
     questions: Sequence[tuple[str, str]],
     *,
     clock: Callable[[], float] = time.monotonic,
+    observer: CaseObserver | None = None,
 ) -> SessionResult:
     """Ask every ``(key, question)`` in order and return one :class:`CaseRun` per question.
+
+    ``observer`` (the run's model gateway) is told which case is being answered, and until when.
 
     Raises :class:`AgentStartError` when the agent cannot start at all, and
     :class:`grader.exceptions.SandboxFailure` when the sandbox infrastructure breaks.
@@ -203,7 +225,7 @@ def run_session(
                     continue
                 failed_restarts = 0
             asked = clock()
-            value, error = session.ask(question)
+            value, error = session.ask(question, key, observer)
             runs.append(CaseRun(key, value=value, error=error, seconds=clock() - asked))
     finally:
         session.stop()

@@ -150,3 +150,19 @@ def _copy_file(source: str, target: str) -> None:
     shutil.copyfile(source, target, follow_symlinks=False)
     executable = os.lstat(source).st_mode & 0o111
     os.chmod(target, 0o755 if executable else 0o644)
+
+
+def private_folder() -> Path:
+    """A new empty folder beside the staged copies (e.g. for a run's model-gateway socket).
+
+    Mode 0711: a sandboxed agent (any uid) may reach a socket inside by its name, nobody may
+    list it; its random name is all the sandbox sees of the host. The caller removes it;
+    :func:`sweep_staged` removes it if the grader dies first.
+    """
+    folder = staging_root() / f"{os.getpid()}-{secrets.token_hex(8)}"
+    try:
+        folder.mkdir(mode=0o711)
+        os.chmod(folder, 0o711)
+    except OSError as exc:
+        raise SandboxFailure(f"cannot create a run folder ({exc.strerror})") from None
+    return folder

@@ -26,7 +26,16 @@ from grader.db.engine import make_engine
 from grader.settings import Settings
 from grader.worker.enqueue import make_queue
 
-from . import api, certificates, health, instructor_api, instructor_pages, pages, practice
+from . import (
+    api,
+    certificates,
+    comparisons,
+    health,
+    instructor_api,
+    instructor_pages,
+    pages,
+    practice,
+)
 from .auth import rate_limit_key
 from .errors import register_error_handlers
 from .metrics import GraderCollector
@@ -127,6 +136,7 @@ def create_app(
         pages.bp,
         health.bp,
         practice.bp,
+        comparisons.bp,
     )
     for blueprint in blueprints:
         app.register_blueprint(blueprint)

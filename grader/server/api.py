@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from grader.db import submissions
+from grader.db import disclosures, submissions
 from grader.db.tables import GradingRow, SubmissionRow, UserRow, utcnow
 from grader.db.usage import usage
+from grader.exceptions import CaseSetError
 
 from .auth import api_auth, current_user
 from .intake import Accepted, accept_upload, daily_limit
@@ -47,8 +50,17 @@ def list_submissions() -> ResponseReturnValue:
     """The caller's own submissions, newest first."""
     user = _user()
     assert user.id is not None
-    rows = submissions.list_submissions(session=read_session(), user_id=user.id)
-    return jsonify(submissions=[submission_summary(row, decision) for row, decision in rows])
+    session = read_session()
+    rows = submissions.list_submissions(session=session, user_id=user.id)
+    held = disclosures.release_times(
+        session=session, submission_ids=[row.id for row, _ in rows], quantum_seconds=quantum()
+    )
+    now = utcnow()
+    return jsonify(
+        submissions=[
+            submission_summary(row, decision, held.get(row.id), now) for row, decision in rows
+        ]
+    )
 
 
 def own_submission(
@@ -70,7 +82,34 @@ def get_submission(submission_id: str) -> ResponseReturnValue:
     found = own_submission(submission_id, _user())
     if found is None:
         return error(404, "no such submission")
-    return jsonify(student_submission(*found))
+    held = disclosures.release_times(
+        session=read_session(), submission_ids=[submission_id], quantum_seconds=quantum()
+    )
+    return jsonify(student_submission(*found, held.get(submission_id), utcnow()))
+
+
+def quantum() -> float:
+    """The current policy's time quantum (0 when the case set cannot load)."""
+    try:
+        return state().case_sets.get().policy.feedback_time_quantum_seconds
+    except CaseSetError:
+        return 0.0
+
+
+def feedback_standing(user: UserRow) -> dict[str, Any] | None:
+    """The student's feedback used on the current case-set version (null when the case set
+    cannot load)."""
+    assert user.id is not None
+    try:
+        case_set = state().case_sets.get()
+    except CaseSetError:
+        return None
+    return disclosures.standing(
+        session=read_session(),
+        user_id=user.id,
+        case_set_version=case_set.version,
+        policy=case_set.policy,
+    ).as_dict()
 
 
 @bp.get("/me")
@@ -105,4 +144,5 @@ def me() -> ResponseReturnValue:
             "used": used.failed_starts,
             "remaining": max(failed_cap - used.failed_starts, 0),
         },
+        feedback=feedback_standing(user),
     )

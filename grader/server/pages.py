@@ -15,12 +15,13 @@ from sqlmodel import Session
 
 from grader.core.models import GATES_BY_KIND, CaseKind
 from grader.db.certificates import active_certificates
+from grader.db.disclosures import release_times
 from grader.db.engine import session_scope
 from grader.db.submissions import list_submissions, quota_used
 from grader.db.tables import utcnow
 from grader.instructor.students import last_decisions
 
-from .api import own_submission
+from .api import feedback_standing, own_submission, quantum
 from .auth import (
     auth_blocked,
     current_user,
@@ -53,6 +54,13 @@ GATE_LABELS = {
 GATE_ORDER = {kind.value: [gate.value for gate in gates] for kind, gates in GATES_BY_KIND.items()}
 KIND_LABELS = {CaseKind.ANSWERABLE.value: "Answerable", CaseKind.REFUSAL.value: "Refusal"}
 DECISION_LABELS = {"awarded": "Awarded", "not_awarded": "Not awarded", "blocked": "Blocked"}
+
+
+def rate_label(rate: dict[str, float] | None) -> str:
+    """A coarse-feedback bucket as text: ``60–80%``."""
+    if not rate:
+        return "—"
+    return f"{rate['low'] * 100:.0f}–{rate['high'] * 100:.0f}%"
 
 
 def _safe_next(target: str | None) -> str:
@@ -114,15 +122,22 @@ def submissions() -> ResponseReturnValue:
     user = current_user()
     assert user is not None and user.id is not None
     server = state()
+    now = utcnow()
     with session_scope(server.engine) as session:
         rows = list_submissions(session=session, user_id=user.id)
-        used, _oldest = quota_used(session=session, user_id=user.id, now=utcnow())
+        used, _oldest = quota_used(session=session, user_id=user.id, now=now)
         standing = certificate_standing(session, user.id)
+        held = release_times(
+            session=session, submission_ids=[row.id for row, _ in rows], quantum_seconds=quantum()
+        )
     limit = daily_limit(server)
     return render_template(
         "submissions.html",
         user=user,
-        submissions=[submission_summary(row, decision) for row, decision in rows],
+        feedback_used=feedback_standing(user),
+        submissions=[
+            submission_summary(row, decision, held.get(row.id), now) for row, decision in rows
+        ],
         quota={"limit": limit, "used": used} if isinstance(limit, int) else None,
         decision_labels=DECISION_LABELS,
         standing=standing,
@@ -151,12 +166,18 @@ def submission(submission_id: str) -> ResponseReturnValue:
     found = own_submission(submission_id, user)
     if found is None:
         return render_template("error.html", status=404, message="No such submission."), 404
+    with session_scope(state().engine) as session:
+        held = release_times(
+            session=session, submission_ids=[submission_id], quantum_seconds=quantum()
+        )
     return render_template(
         "submission.html",
         user=user,
-        sub=student_submission(*found),
+        feedback_used=feedback_standing(user),
+        sub=student_submission(*found, held.get(submission_id), utcnow()),
         gate_labels=GATE_LABELS,
         gate_order=GATE_ORDER,
         kind_labels=KIND_LABELS,
         decision_labels=DECISION_LABELS,
+        rate_label=rate_label,
     )

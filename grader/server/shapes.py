@@ -11,6 +11,7 @@ import csv
 import io
 import json
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
 from grader.db.tables import (
@@ -18,7 +19,9 @@ from grader.db.tables import (
     GradingRow,
     SubmissionRow,
     SubmissionStatus,
+    as_utc,
     timestamp,
+    utcnow,
     versions_of,
 )
 from grader.instructor.console import GradingView, StudentRecord, TrailEntry
@@ -30,14 +33,40 @@ from grader.instructor.students import DecisionOutcome
 # Student API and pages
 
 
-def submission_summary(row: SubmissionRow, decision: str | None) -> dict[str, Any]:
-    """One line of the student's list."""
+_HELD = (SubmissionStatus.GRADED.value, SubmissionStatus.FAILED.value)
+
+
+def held(row: SubmissionRow, release_at: datetime | None, now: datetime) -> bool:
+    """Whether an outcome is still held back: its rounded finishing time has not come
+    (README, "Feedback and disclosure": the student reads "running" until then)."""
+    stamp = as_utc(release_at)
+    return row.status in _HELD and stamp is not None and now < stamp
+
+
+def submission_summary(
+    row: SubmissionRow,
+    decision: str | None,
+    release_at: datetime | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """One line of the student's list.
+
+    With ``release_at`` (the outcome's finishing time rounded up to the policy's quantum), a
+    graded or failed submission reads as running until then, and then as finished at
+    ``release_at``.
+    """
     status = SubmissionStatus(row.status)
+    finished = row.finished_at
+    if release_at is not None:
+        if held(row, release_at, now or utcnow()):
+            status, decision, finished = SubmissionStatus.RUNNING, None, None
+        else:
+            finished = release_at
     return {
         "id": row.id,
         "status": status.value,
         "created_at": timestamp(row.created_at),
-        "finished_at": timestamp(row.finished_at),
+        "finished_at": timestamp(finished),
         "filename": row.filename,
         "agent_name": row.agent_name,
         "decision": decision if status is SubmissionStatus.GRADED else None,
@@ -45,19 +74,27 @@ def submission_summary(row: SubmissionRow, decision: str | None) -> dict[str, An
     }
 
 
-def student_submission(row: SubmissionRow, grading: GradingRow | None) -> dict[str, Any]:
+def student_submission(
+    row: SubmissionRow,
+    grading: GradingRow | None,
+    release_at: datetime | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
     """``{"id", "status", "feedback"}`` plus what a student needs around it.
 
     ``feedback`` is the student view stored with the current result set (built by
-    :func:`grader.core.views.student_view` with the policy's ``feedback`` setting), or null
-    until the submission is graded.
+    :func:`grader.core.views.student_view` with the policy's ``feedback`` setting and cut by
+    the release policy), or null until the submission is graded and its result released.
     """
-    status = SubmissionStatus(row.status)
+    summary = submission_summary(
+        row, grading.decision if grading is not None else None, release_at, now
+    )
+    status = SubmissionStatus(summary["status"])
     feedback = (
         grading.student_view if grading is not None and status is SubmissionStatus.GRADED else None
     )
     return {
-        **submission_summary(row, grading.decision if grading is not None else None),
+        **summary,
         "package_sha256": row.package_sha256,
         "feedback": feedback,
     }
@@ -257,6 +294,7 @@ DECISION_COLUMNS = (
     "best_grading_version",
     "case_set_version",
     "outdated",
+    "feedback_bits",
 )
 
 #: Leading characters a spreadsheet would run as a formula; such cells get a leading quote.
@@ -291,6 +329,7 @@ def decision_row(entry: RosterEntry) -> dict[str, str]:
         "best_grading_version": best.grading_version if best else None,
         "case_set_version": best.case_set_version if best else None,
         "outdated": entry.outdated,
+        "feedback_bits": f"{entry.feedback_bits:.2f}",
     }
     return {column: _cell(values[column]) for column in DECISION_COLUMNS}
 

@@ -35,7 +35,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from grader.core.casesets import load_case_set
-from grader.core.views import student_view
+from grader.db import disclosures
 from grader.db import submissions as repo
 from grader.db.archive_store import open_archive_store
 from grader.db.engine import make_engine, session_scope
@@ -48,6 +48,7 @@ from grader.exceptions import (
     SandboxUnavailable,
     StorageError,
 )
+from grader.gateway.upstream import UpstreamConfig
 from grader.grading import grade_agent
 from grader.packages import ArchiveLimits, prepare_package
 from grader.sandbox import Sandbox, make_sandbox
@@ -112,6 +113,13 @@ class GradingService:
             service.name = name
         return service
 
+    @property
+    def model_upstream(self) -> UpstreamConfig | None:
+        """Where the model gateway forwards agents' calls (GRADER_MODEL_UPSTREAM_URL)."""
+        url = self.settings.model_upstream_url
+        key = self.settings.model_upstream_key.get_secret_value()
+        return UpstreamConfig(url, key) if url else None
+
     def grade(self, submission_id: str, *, job_id: str) -> JobOutcome:
         """Grade one submission if ``job_id`` may; see the module docstring for outcomes."""
         with session_scope(self.engine) as session:
@@ -153,6 +161,8 @@ class GradingService:
             assert submission is not None
             package_sha256 = submission.package_sha256
             rerun = submission.current_grading_id is not None
+            user_id, created_at = submission.user_id, submission.created_at
+            started_at = submission.started_at
         case_set = load_case_set(self.settings.cases_dir)
         if rerun and not self.store.exists(package_sha256):
             return self._keep_earlier_results(submission_id, job_id)
@@ -176,16 +186,26 @@ class GradingService:
                 sandbox=self.sandbox,
                 label=run_label(submission_id),
                 package_sha256=package.sha256,
+                model_upstream=self.model_upstream,
+                model_cache_dir=self.settings.model_cache_dir,
             )
         seconds = time.monotonic() - started
-        view = student_view(report, feedback=case_set.policy.feedback)
         with session_scope(self.engine) as session:
+            # What the student may see, and its charge (README, "Feedback and disclosure").
+            planned = disclosures.plan(
+                session=session,
+                user_id=user_id,
+                report=report,
+                policy=case_set.policy,
+                created_at=created_at,
+                started_at=started_at,
+            )
             grading = repo.record_grading(
                 session=session,
                 submission_id=submission_id,
                 job_id=job_id,
                 report=report,
-                student_view=view,
+                student_view=planned.view,
                 seconds=seconds,
                 worker=self.name,
             )
@@ -193,6 +213,7 @@ class GradingService:
                 session.rollback()
                 log.warning("submission %s: lease lost; results discarded", submission_id)
                 return JobOutcome.LOST_LEASE
+            disclosures.record(session=session, planned=planned, grading=grading, user_id=user_id)
         log.info(
             "submission %s: graded in %.1f s (%s)",
             submission_id,

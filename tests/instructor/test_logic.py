@@ -230,7 +230,8 @@ def test_a_student_without_results_is_not_awarded_by_the_policy() -> None:
 
 
 def test_decisions_csv_has_a_header_and_defuses_formulas() -> None:
-    """One row per student; cells that a spreadsheet would run as formulas are quoted."""
+    """One row per student with the bits disclosed; cells a spreadsheet would run as formulas
+    are quoted."""
     last = LastDecision(
         action=DecisionAction.AWARD,
         from_state=CertificateState.NOT_AWARDED,
@@ -250,6 +251,7 @@ def test_decisions_csv_has_a_header_and_defuses_formulas() -> None:
         last=last,
         certificate_id="GC-1",
         current_version="v1",
+        feedback_bits=12.5,
     )
     rows = list(csv.DictReader(io.StringIO(decisions_csv([entry]))))
     assert rows == [
@@ -269,6 +271,7 @@ def test_decisions_csv_has_a_header_and_defuses_formulas() -> None:
             "best_grading_version": "1",
             "case_set_version": "v1",
             "outdated": "false",
+            "feedback_bits": "12.50",
         }
     ]
 

@@ -117,6 +117,11 @@ run_timeout_seconds = 120
 memory_limit_mb = 256
 pids_limit = 48
 max_submissions_per_day = 3
+# These tests read per-gate counts and read results the moment the worker is done: they pin
+# the counts view with no time rounding. The release modes have their own tests
+# (test_feedback_release.py), and the leak test checks the most revealing view.
+feedback = "counts"
+feedback_time_quantum_seconds = 0
 """
 
 #: An honest agent for this case set: answers the two answerable cases, refuses the other.

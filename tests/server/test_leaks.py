@@ -168,6 +168,28 @@ def test_no_student_visible_byte_carries_hidden_case_content(
             if owners[sid] is student and statuses[sid] == SubmissionStatus.GRADED:
                 assert "Certificate:" in page.get_data(as_text=True)
             seen.add("poll", browser.get(f"/api/submissions/{sid}"))
+        # Comparisons of the student's own graded submissions (API and page), and of another
+        # student's (404): counts only.
+        own = [sid for sid in ids if owners[sid] is student and statuses[sid] == "graded"]
+        assert len(own) >= 2
+        for baseline in own:
+            for candidate in own:
+                query = {"baseline": baseline, "candidate": candidate}
+                compared = seen.add(
+                    "compare", client.get("/api/compare", headers=headers, query_string=query)
+                )
+                assert compared.status_code == 200, compared.get_json()
+                page = seen.add("compare page", browser.get("/compare", query_string=query))
+                assert page.status_code == 200
+        stranger = next(sid for sid in ids if owners[sid] is not student)
+        query = {"baseline": own[0], "candidate": stranger}
+        assert (
+            seen.add(
+                "compare other's", client.get("/api/compare", headers=headers, query_string=query)
+            ).status_code
+            == 404
+        )
+        seen.add("compare page other's", browser.get("/compare", query_string=query))
         form = {
             "csrf_token": csrf_token(listing.get_data(as_text=True)),
             "package": (io.BytesIO(b"junk"), "junk.zip"),
@@ -191,7 +213,17 @@ def test_no_student_visible_byte_carries_hidden_case_content(
             "instructor",
             client.get(f"/api/instructor/submissions/{sid}", headers=instructor.headers),
         )
+    own = [sid for sid in ids if statuses[sid] == SubmissionStatus.GRADED]
+    control.add(
+        "instructor compare",
+        client.get(
+            "/api/instructor/compare",
+            headers=instructor.headers,
+            query_string={"baseline": own[0], "candidate": own[1]},
+        ),
+    )
     assert any("heron" in leak for leak in control.leaks())
+    assert any(leak.startswith("instructor compare") for leak in control.leaks())  # slices
     failed = [sid for sid, status in statuses.items() if status == SubmissionStatus.FAILED]
     reason = submission_row(engine, failed[0]).failure_reason
     assert reason is not None and "setup exploded" in reason

@@ -1,7 +1,7 @@
 """The database archive store: archives in chunks, content-addressed by SHA-256.
 
-Revision ID: 0005_archive_store
-Revises: 0003_session_generation
+Revision ID: 0007_archive_store
+Revises: 0006_feedback_accounting
 Create Date: 2026-12-01
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005_archive_store"
-down_revision: str | None = "0003_session_generation"
+revision = "0007_archive_store"
+down_revision: str | None = "0006_feedback_accounting"
 branch_labels: str | None = None
 depends_on: str | None = None
 

@@ -1,0 +1,338 @@
+"""Feedback accounting rows: what each result set showed its student and what it cost.
+
+The release decision itself is pure (:mod:`grader.core.disclosure`); this module feeds it the
+student's history and stores its outcome, one row per result set, so the sum per student and
+case-set version is exact and survives regrades. Every function takes the session as a keyword
+and never commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from grader.core.disclosure import (
+    History,
+    Release,
+    Shape,
+    Shown,
+    Withheld,
+    gate_view,
+    hold_until,
+    plan_release,
+    round_up_time,
+    score_of,
+    shown_bits,
+)
+from grader.core.models import CaseKind, Feedback, GradeReport, Policy
+from grader.core.scoring import summarize
+from grader.core.views import student_view
+
+from .tables import (
+    FeedbackDisclosureRow,
+    GradingRow,
+    SubmissionRow,
+    SubmissionStatus,
+    UserRow,
+    as_utc,
+    utcnow,
+)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A released student view, waiting for its result set's id to be recorded."""
+
+    view: dict[str, Any]
+    release: Release
+    release_at: datetime
+    mode: Feedback
+
+
+def lock_student(*, session: Session, user_id: int) -> None:
+    """Serialise feedback releases of one student (a no-op write on their row: a row lock on
+    PostgreSQL, the write lock on SQLite), so two results graded at once see each other."""
+    session.connection().execute(
+        sa.update(UserRow)
+        .where(col(UserRow.id) == user_id)
+        .values(session_generation=UserRow.session_generation)
+    )
+
+
+def history(*, session: Session, user_id: int, case_set_version: str) -> History:
+    """The student's bits so far and best released score on this case-set version."""
+    rows = session.exec(
+        select(FeedbackDisclosureRow)
+        .where(
+            FeedbackDisclosureRow.user_id == user_id,
+            FeedbackDisclosureRow.case_set_version == case_set_version,
+        )
+        .order_by(col(FeedbackDisclosureRow.id))
+    ).all()
+    bits = sum(row.bits for row in rows)
+    best: FeedbackDisclosureRow | None = None
+    for row in rows:
+        if (
+            row.released
+            and row.score is not None
+            and (best is None or row.score > (best.score or 0.0))
+        ):
+            best = row
+    if best is None:
+        return History(bits_disclosed=bits)
+    return History(bits_disclosed=bits, best_score=best.score, best_submission=best.submission_id)
+
+
+def shape_of(report: GradeReport, policy: Policy) -> Shape:
+    counts = {kind: 0 for kind in CaseKind}
+    for result in report.results:
+        counts[result.kind] += 1
+    return Shape.of(counts, policy)
+
+
+def plan(
+    *,
+    session: Session,
+    user_id: int,
+    report: GradeReport,
+    policy: Policy,
+    created_at: datetime,
+    started_at: datetime | None = None,
+    now: datetime | None = None,
+) -> Planned:
+    """Lock the student, read their history and decide what this new result shows."""
+    lock_student(session=session, user_id=user_id)
+    past = history(session=session, user_id=user_id, case_set_version=report.versions.case_set)
+    summary = summarize(report.results)
+    release = plan_release(
+        policy=policy,
+        shape=shape_of(report, policy),
+        score=score_of(summary, policy.ladder_metric),
+        history=past,
+    )
+    full = student_view(report, feedback=policy.feedback, buckets=policy.feedback_buckets)
+    finished = as_utc(now or utcnow())
+    created = as_utc(created_at)
+    assert finished is not None and created is not None
+    started = as_utc(started_at) or created
+    release_at = hold_until(
+        release, policy=policy, created=created, started=started, finished=finished
+    )
+    return Planned(gate_view(full, release), release, release_at, policy.feedback)
+
+
+def record(
+    *,
+    session: Session,
+    planned: Planned,
+    grading: GradingRow,
+    user_id: int,
+    now: datetime | None = None,
+) -> FeedbackDisclosureRow:
+    """Store a planned release for result set ``grading``."""
+    assert grading.id is not None
+    release = planned.release
+    row = FeedbackDisclosureRow(
+        grading_id=grading.id,
+        submission_id=grading.submission_id,
+        user_id=user_id,
+        case_set_version=grading.case_set_version,
+        mode=planned.mode.value,
+        shown=release.shown.value,
+        released=release.released,
+        withheld=release.withheld.value if release.withheld else None,
+        score=release.score,
+        view_bits=round(release.view_bits, 6),
+        timing_bits=round(release.timing_bits, 6),
+        bits=round(release.bits, 6),
+        created_at=now or utcnow(),
+        release_at=planned.release_at,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def regraded_view(
+    *,
+    earlier: FeedbackDisclosureRow | None,
+    previous_view: Mapping[str, Any],
+    report: GradeReport,
+    policy: Policy,
+    spent: float,
+    now: datetime,
+) -> Planned:
+    """What a regrade from recorded answers shows; ``spent`` is the student's total so far on
+    the regrade's case-set version.
+
+    A regrade keeps the earlier result set's release: a released view is rebuilt from the new
+    results, a withheld one stays the decision only. If what the student sees changes, it is
+    new information and is charged again (with no timing bits: the instructor chose when it
+    ran); an unchanged view costs nothing. A charge the budget no longer allows turns the
+    view into the decision only.
+    """
+    released = earlier.released if earlier is not None else True
+    shape = shape_of(report, policy)
+    score = score_of(summarize(report.results), policy.ladder_metric)
+    full = student_view(report, feedback=policy.feedback, buckets=policy.feedback_buckets)
+    shown = Shown(earlier.shown) if earlier is not None else Shown.COUNTS
+    if released:
+        release = Release(shown, True, None, score, shown_bits(shown, shape), 0.0)
+    else:
+        withheld = earlier.withheld if earlier is not None else None
+        message, best = previous_view.get("message"), previous_view.get("best_submission")
+        release = Release(
+            Shown.DECISION_ONLY,
+            False,
+            None if withheld is None else Withheld(withheld),
+            score,
+            shown_bits(Shown.DECISION_ONLY, shape),
+            0.0,
+            message if isinstance(message, str) else None,
+            best if isinstance(best, str) else None,
+        )
+    view = gate_view(full, release)
+    budget = policy.feedback_budget_bits
+    if _visible(view) == _visible(previous_view):
+        release = Release(
+            release.shown, release.released, release.withheld, score, 0.0, 0.0, release.message
+        )
+    elif release.released and budget is not None and spent + release.bits > budget:
+        release = Release(
+            Shown.DECISION_ONLY,
+            False,
+            Withheld.BUDGET,
+            score,
+            shown_bits(Shown.DECISION_ONLY, shape),
+            0.0,
+            f"feedback budget reached ({spent:.0f} of {budget:.0f} bits used for this case "
+            "set): from now on you see the decision only",
+        )
+        view = gate_view(full, release)
+    return Planned(view, release, now, policy.feedback)
+
+
+def _visible(view: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in view.items() if key != "case_set_version"}
+
+
+def for_gradings(
+    *, session: Session, grading_ids: Iterable[int]
+) -> dict[int, FeedbackDisclosureRow]:
+    """The accounting row of each result set that has one."""
+    ids = list(grading_ids)
+    if not ids:
+        return {}
+    rows = session.exec(
+        select(FeedbackDisclosureRow).where(col(FeedbackDisclosureRow.grading_id).in_(ids))
+    ).all()
+    return {row.grading_id: row for row in rows}
+
+
+def bits_by_student(
+    *, session: Session, case_set_version: str, user_id: int | None = None
+) -> dict[int, float]:
+    """Bits disclosed per student on ``case_set_version`` (students with none are absent)."""
+    query = (
+        sa.select(col(FeedbackDisclosureRow.user_id), sa.func.sum(FeedbackDisclosureRow.bits))
+        .where(col(FeedbackDisclosureRow.case_set_version) == case_set_version)
+        .group_by(col(FeedbackDisclosureRow.user_id))
+    )
+    if user_id is not None:
+        query = query.where(col(FeedbackDisclosureRow.user_id) == user_id)
+    return {int(uid): float(total or 0.0) for uid, total in session.connection().execute(query)}
+
+
+def record_many(
+    *,
+    session: Session,
+    items: Iterable[tuple[Planned, GradingRow, int]],
+    now: datetime,
+) -> None:
+    """Store the releases of many result sets at once (a regrade), in one INSERT."""
+    rows = []
+    for planned, grading, user_id in items:
+        release = planned.release
+        rows.append(
+            {
+                "grading_id": grading.id,
+                "submission_id": grading.submission_id,
+                "user_id": user_id,
+                "case_set_version": grading.case_set_version,
+                "mode": planned.mode.value,
+                "shown": release.shown.value,
+                "released": release.released,
+                "withheld": release.withheld.value if release.withheld else None,
+                "score": release.score,
+                "view_bits": round(release.view_bits, 6),
+                "timing_bits": round(release.timing_bits, 6),
+                "bits": round(release.bits, 6),
+                "created_at": now,
+                "release_at": planned.release_at,
+            }
+        )
+    if rows:
+        table = FeedbackDisclosureRow.__table__  # type: ignore[attr-defined]
+        session.exec(sa.insert(table), params=rows)
+
+
+def release_times(
+    *, session: Session, submission_ids: Iterable[str], quantum_seconds: float = 0.0
+) -> dict[str, datetime]:
+    """When each submission's outcome may be shown to its student: a graded one's recorded
+    release; a failed one's finishing time rounded up to ``quantum_seconds`` (an agent that
+    fails to start chooses when). Others are absent and show at once."""
+    ids = list(submission_ids)
+    if not ids:
+        return {}
+    query = (
+        sa.select(
+            col(SubmissionRow.id),
+            col(SubmissionRow.status),
+            col(SubmissionRow.created_at),
+            col(SubmissionRow.finished_at),
+            col(FeedbackDisclosureRow.release_at),
+        )
+        .outerjoin(
+            FeedbackDisclosureRow,
+            col(FeedbackDisclosureRow.grading_id) == col(SubmissionRow.current_grading_id),
+        )
+        .where(col(SubmissionRow.id).in_(ids))
+    )
+    found: dict[str, datetime] = {}
+    for sid, status, created_at, finished_at, release_at in session.connection().execute(query):
+        created, finished = as_utc(created_at), as_utc(finished_at)
+        if status == SubmissionStatus.FAILED.value:
+            if quantum_seconds > 0 and created is not None and finished is not None:
+                found[str(sid)] = round_up_time(created, finished, quantum_seconds)
+            continue
+        stamp = as_utc(release_at)
+        if stamp is not None:
+            found[str(sid)] = stamp
+    return found
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A student's feedback used on one case-set version, for their page and /api/me."""
+
+    mode: str
+    bits_disclosed: float
+    budget_bits: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "bits_disclosed": round(self.bits_disclosed, 2),
+            "budget_bits": self.budget_bits,
+        }
+
+
+def standing(*, session: Session, user_id: int, case_set_version: str, policy: Policy) -> Standing:
+    total = bits_by_student(session=session, case_set_version=case_set_version, user_id=user_id)
+    return Standing(policy.feedback.value, total.get(user_id, 0.0), policy.feedback_budget_bits)
