@@ -13,7 +13,11 @@ DEMO_MODEL_PORT ?= 8400
 
 demo: setup
 	@$(BIN)/grader model serve --port $(DEMO_MODEL_PORT) & model=$$!; \
-	trap 'kill $$model' EXIT; sleep 1; \
+	trap 'kill $$model' EXIT; \
+	for try in $$(seq 100); do \
+		$(BIN)/python -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=1)' \
+			http://127.0.0.1:$(DEMO_MODEL_PORT)/v1/models 2>/dev/null && break; sleep 0.2; \
+	done; \
 	for agent in reference llm_reference refuse_all cite_all; do \
 		echo "== submissions/examples/$$agent"; \
 		$(BIN)/grader grade submissions/examples/$$agent --cases private_cases --sandbox bwrap \
