@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 
 from grader.audit.report import run_audit
+from grader.core.model_usage import SummaryBounds
 from grader.core.views import instructor_view, student_view
 
 from .audit import audit as audit_command
@@ -72,7 +73,10 @@ def grade(
         instructor_view(report, cases=case_set.by_id())
         if view == "instructor"
         else student_view(
-            report, feedback=case_set.policy.feedback, buckets=case_set.policy.feedback_buckets
+            report,
+            feedback=case_set.policy.feedback,
+            buckets=case_set.policy.feedback_buckets,
+            model_bounds=SummaryBounds.of(case_set.policy, len(report.results)),
         )
     )
     if as_json:

@@ -146,9 +146,14 @@ def bootstrap_ci(
 ) -> tuple[float, float]:
     """The paired bootstrap CI of mean(candidate) − mean(baseline): cases are resampled with
     both outcomes together. Identical differences everywhere (e.g. no discordant case) leave
-    nothing to resample: the interval is that difference."""
-    base = np.asarray(baseline, dtype=float)
-    cand = np.asarray(candidate, dtype=float)
+    nothing to resample: the interval is that difference.
+
+    The pairs are resampled in a canonical (sorted) order, so the seeded interval depends only
+    on how many pairs of each kind there are, never on which cases they are: a student's
+    comparison shows it (README, "Feedback and disclosure")."""
+    pairs = sorted(zip(baseline, candidate, strict=True))
+    base = np.asarray([b for b, _ in pairs], dtype=float)
+    cand = np.asarray([c for _, c in pairs], dtype=float)
     diffs = cand - base
     if base.size == 0:
         raise ComparisonRefused("no paired cases to compare")

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from .model_usage import SummaryBounds, summary_bits
 from .models import (
     GATES_BY_KIND,
     CaseKind,
@@ -81,11 +82,20 @@ class Shape:
     cases: Mapping[CaseKind, int]
     safety_gates: int
     buckets: int
+    #: log2 of the distinct model summaries a student can see (0 when the policy names no
+    #: models: no summary is shown; see :func:`grader.core.model_usage.summary_values`).
+    model_bits: float = 0.0
 
     @classmethod
     def of(cls, counts: Mapping[CaseKind, int], policy: Policy) -> Shape:
         gates = set(policy.safety_gates) | set(policy.safety_case_gates)
-        return cls(cases=dict(counts), safety_gates=len(gates), buckets=policy.feedback_buckets)
+        bounds = SummaryBounds.of(policy, sum(counts.values()))
+        return cls(
+            cases=dict(counts),
+            safety_gates=len(gates),
+            buckets=policy.feedback_buckets,
+            model_bits=summary_bits(bounds),
+        )
 
     @property
     def total(self) -> int:
@@ -102,7 +112,8 @@ def counts_view_bits(shape: Shape) -> float:
 
     Fields: per kind with cases, the cases passed and each gate's passes (0…n each); the
     answerable claim_support reasons (0…n each); each error kind, the safety failures and, in
-    a "blocked" reason, each safety gate's failures (0…N each); the decision. The overall count
+    a "blocked" reason, each safety gate's failures (0…N each); the decision; and, when the
+    policy names models, the run's model summary (``shape.model_bits``). The overall count
     and the hints follow from these.
     """
     total = shape.total
@@ -113,7 +124,7 @@ def counts_view_bits(shape: Shape) -> float:
     answerable = shape.cases.get(CaseKind.ANSWERABLE, 0)
     if answerable:
         factors.append((answerable + 1, len(ClaimFailure)))
-    return _log2_product(factors)
+    return _log2_product(factors) + shape.model_bits
 
 
 def coarse_view_bits(shape: Shape) -> float:
@@ -121,7 +132,8 @@ def coarse_view_bits(shape: Shape) -> float:
 
     Fields: the overall rate, each kind's and each gate's rate, each as one of
     ``min(buckets, n + 1)`` buckets; one "no valid answer" count and the safety failures
-    (0…N each); the decision with reasons that quote no number.
+    (0…N each); the decision with reasons that quote no number. No model summary: the
+    coarse view drops it.
     """
     total = shape.total
     factors = [(COARSE_DECISIONS, 1), (total + 1, 2), (min(shape.buckets, total + 1), 1)]
@@ -129,6 +141,18 @@ def coarse_view_bits(shape: Shape) -> float:
         if n:
             factors.append((min(shape.buckets, n + 1), 1 + len(GATES_BY_KIND[kind])))
     return _log2_product(factors)
+
+
+def comparison_bits(primary_cases: int) -> float:
+    """What a student's comparison of two released ``counts`` views adds to them.
+
+    It shows each side's cases passed by kind and gate, errors and safety failures (all in the
+    views), the difference (c − b), McNemar's p and the bootstrap CI on the primary metric.
+    p depends on the discordant counts (b, c); the CI on (n, b, c) only, since the bootstrap
+    resamples the pairs in a canonical order (:func:`grader.core.compare.bootstrap_ci`). With n
+    and c − b known from the views, the new information is b + c, one of at most n + 1 values.
+    """
+    return math.log2(primary_cases + 1)
 
 
 def decision_only_bits() -> float:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .disclosure import coarse_failing_gates, coarse_parts, coarse_reasons
-from .model_usage import call_rows, model_summary
+from .model_usage import SummaryBounds, call_rows, model_summary, student_model_summary
 from .models import Case, CaseKind, ClaimFailure, Feedback, Gate, GradeReport
 from .scoring import Summary, Tally, summarize
 
@@ -137,11 +137,15 @@ def student_view(
     feedback: Feedback = Feedback.COUNTS,
     status: str = "graded",
     buckets: int = 5,
+    model_bounds: SummaryBounds | None = None,
 ) -> dict[str, Any]:
     """What a student may see of their run: counts, errors, safety count, decision, hints.
 
     ``ladder`` builds the full counts view (whether it is released is
-    :func:`grader.core.disclosure.plan_release`'s decision); ``coarse`` buckets the rates.
+    :func:`grader.core.disclosure.plan_release`'s decision); ``coarse`` buckets the rates and
+    drops the model summary. A run with a model gateway shows its summary quantised and
+    capped at ``model_bounds`` (the policy's limits; none when the policy names no models),
+    or only quantised when no bounds are given.
     """
     summary = summarize(report.results)
     view: dict[str, Any] = {
@@ -165,8 +169,8 @@ def student_view(
         "decision": report.decision.decision.value,
         "reasons": list(report.decision.reasons),
     }
-    if report.model_gateway:
-        view["model"] = model_summary(report.results)
+    if report.model_gateway and (model_bounds is None or model_bounds.models):
+        view["model"] = student_model_summary(model_summary(report.results), model_bounds)
     return view
 
 
@@ -175,6 +179,8 @@ def instructor_view(
 ) -> dict[str, Any]:
     """Everything: the student view with full counts, versions, and every case in detail."""
     view = student_view(report, feedback=Feedback.COUNTS)
+    if report.model_gateway:  # instructors see the exact summary
+        view["model"] = model_summary(report.results)
     view["versions"] = report.versions.model_dump(mode="json")
     view["restarts"] = report.restarts
     if report.retrieval is not None:

@@ -22,6 +22,7 @@ from grader.core.disclosure import (
     Shape,
     Shown,
     Withheld,
+    comparison_bits,
     gate_view,
     hold_until,
     plan_release,
@@ -29,11 +30,14 @@ from grader.core.disclosure import (
     score_of,
     shown_bits,
 )
+from grader.core.model_usage import SummaryBounds
 from grader.core.models import CaseKind, Feedback, GradeReport, Policy
 from grader.core.scoring import summarize
 from grader.core.views import student_view
+from grader.exceptions import ComparisonRefused
 
 from .tables import (
+    ComparisonDisclosureRow,
     FeedbackDisclosureRow,
     GradingRow,
     SubmissionRow,
@@ -74,7 +78,9 @@ def history(*, session: Session, user_id: int, case_set_version: str) -> History
         )
         .order_by(col(FeedbackDisclosureRow.id))
     ).all()
-    bits = sum(row.bits for row in rows)
+    bits = sum(row.bits for row in rows) + _comparison_bits(
+        session=session, user_id=user_id, case_set_version=case_set_version
+    ).get(user_id, 0.0)
     best: FeedbackDisclosureRow | None = None
     for row in rows:
         if (
@@ -86,6 +92,16 @@ def history(*, session: Session, user_id: int, case_set_version: str) -> History
     if best is None:
         return History(bits_disclosed=bits)
     return History(bits_disclosed=bits, best_score=best.score, best_submission=best.submission_id)
+
+
+def released_view(report: GradeReport, policy: Policy) -> dict[str, Any]:
+    """The full student view under ``policy``: its feedback mode, buckets and model limits."""
+    return student_view(
+        report,
+        feedback=policy.feedback,
+        buckets=policy.feedback_buckets,
+        model_bounds=SummaryBounds.of(policy, len(report.results)),
+    )
 
 
 def shape_of(report: GradeReport, policy: Policy) -> Shape:
@@ -115,7 +131,7 @@ def plan(
         score=score_of(summary, policy.ladder_metric),
         history=past,
     )
-    full = student_view(report, feedback=policy.feedback, buckets=policy.feedback_buckets)
+    full = released_view(report, policy)
     finished = as_utc(now or utcnow())
     created = as_utc(created_at)
     assert finished is not None and created is not None
@@ -179,7 +195,7 @@ def regraded_view(
     released = earlier.released if earlier is not None else True
     shape = shape_of(report, policy)
     score = score_of(summarize(report.results), policy.ladder_metric)
-    full = student_view(report, feedback=policy.feedback, buckets=policy.feedback_buckets)
+    full = released_view(report, policy)
     shown = Shown(earlier.shown) if earlier is not None else Shown.COUNTS
     if released:
         release = Release(shown, True, None, score, shown_bits(shown, shape), 0.0)
@@ -237,7 +253,8 @@ def for_gradings(
 def bits_by_student(
     *, session: Session, case_set_version: str, user_id: int | None = None
 ) -> dict[int, float]:
-    """Bits disclosed per student on ``case_set_version`` (students with none are absent)."""
+    """Bits disclosed per student on ``case_set_version`` (students with none are absent):
+    their feedback views and their comparisons."""
     query = (
         sa.select(col(FeedbackDisclosureRow.user_id), sa.func.sum(FeedbackDisclosureRow.bits))
         .where(col(FeedbackDisclosureRow.case_set_version) == case_set_version)
@@ -245,7 +262,97 @@ def bits_by_student(
     )
     if user_id is not None:
         query = query.where(col(FeedbackDisclosureRow.user_id) == user_id)
+    found = {int(uid): float(total or 0.0) for uid, total in session.connection().execute(query)}
+    compared = _comparison_bits(session=session, case_set_version=case_set_version, user_id=user_id)
+    for uid, bits in compared.items():
+        found[uid] = found.get(uid, 0.0) + bits
+    return found
+
+
+def _comparison_bits(
+    *, session: Session, case_set_version: str, user_id: int | None = None
+) -> dict[int, float]:
+    query = (
+        sa.select(col(ComparisonDisclosureRow.user_id), sa.func.sum(ComparisonDisclosureRow.bits))
+        .where(col(ComparisonDisclosureRow.case_set_version) == case_set_version)
+        .group_by(col(ComparisonDisclosureRow.user_id))
+    )
+    if user_id is not None:
+        query = query.where(col(ComparisonDisclosureRow.user_id) == user_id)
     return {int(uid): float(total or 0.0) for uid, total in session.connection().execute(query)}
+
+
+# --------------------------------------------------------------------------------------------
+# Comparisons
+
+
+def comparable(*, session: Session, grading: GradingRow, now: datetime) -> bool | None:
+    """Whether the student was shown ``grading``'s full counts view: True; False when it was
+    withheld (the Ladder, the budget) or not a counts view; None while it is held back (the
+    student cannot see the result yet). A result set graded before the accounting existed has
+    no row: its stored view says what was shown."""
+    assert grading.id is not None
+    row = for_gradings(session=session, grading_ids=[grading.id]).get(grading.id)
+    if row is None:
+        view = grading.student_view or {}
+        return (
+            view.get("released") is not False
+            and view.get("feedback") in (Feedback.COUNTS.value, Feedback.LADDER.value)
+            and "by_kind" in view
+        )
+    release_at = as_utc(row.release_at)
+    if release_at is not None and release_at > now:
+        return None
+    return row.released and row.shown == Shown.COUNTS.value
+
+
+def charge_comparison(
+    *,
+    session: Session,
+    user_id: int,
+    case_set_version: str,
+    grading_ids: tuple[int, int],
+    primary_cases: int,
+    budget_bits: float | None,
+    now: datetime | None = None,
+) -> float:
+    """Charge a student's comparison of two result sets (:func:`comparison_bits`) and return
+    the bits charged: 0 for a pair compared before (in either order) or a result set compared
+    with itself. :class:`ComparisonRefused` when the charge would take the student past
+    ``budget_bits``; the refusal depends on their history and the case count alone."""
+    first, second = sorted(grading_ids)
+    if first == second:
+        return 0.0
+    lock_student(session=session, user_id=user_id)
+    seen = session.exec(
+        select(ComparisonDisclosureRow).where(
+            ComparisonDisclosureRow.first_grading_id == first,
+            ComparisonDisclosureRow.second_grading_id == second,
+        )
+    ).first()
+    if seen is not None:
+        return 0.0
+    bits = round(comparison_bits(primary_cases), 6)
+    spent = history(
+        session=session, user_id=user_id, case_set_version=case_set_version
+    ).bits_disclosed
+    if budget_bits is not None and spent + bits > budget_bits:
+        raise ComparisonRefused(
+            f"feedback budget reached ({spent:.0f} of {budget_bits:.0f} bits used for this "
+            f"case set): this comparison would disclose {bits:.1f} bits more"
+        )
+    session.add(
+        ComparisonDisclosureRow(
+            user_id=user_id,
+            case_set_version=case_set_version,
+            first_grading_id=first,
+            second_grading_id=second,
+            bits=bits,
+            created_at=now or utcnow(),
+        )
+    )
+    session.flush()
+    return bits
 
 
 def record_many(

@@ -393,3 +393,24 @@ class FeedbackDisclosureRow(SQLModel, table=True):
     #: When the student may see the result: the finishing time rounded up to the policy's
     #: time quantum (the student reads this as the finishing time).
     release_at: datetime = Field(sa_type=sa.DateTime(timezone=True))
+
+
+class ComparisonDisclosureRow(SQLModel, table=True):
+    """What a student's comparison of two of their result sets disclosed beyond the two views
+    (README, "Feedback and disclosure"): charged once per pair, counted in the student's
+    feedback used alongside :class:`FeedbackDisclosureRow`."""
+
+    __tablename__ = "comparison_disclosures"
+    __table_args__ = (
+        sa.UniqueConstraint("first_grading_id", "second_grading_id"),
+        sa.Index("ix_comparison_disclosures_user_version", "user_id", "case_set_version"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="users.id")
+    case_set_version: str = Field(max_length=64, sa_type=sa.String(64))
+    #: The two result sets compared, the lower id first (either order costs the same).
+    first_grading_id: int = Field(foreign_key="gradings.id")
+    second_grading_id: int = Field(foreign_key="gradings.id")
+    bits: float
+    created_at: datetime = Field(default_factory=utcnow, sa_type=sa.DateTime(timezone=True))

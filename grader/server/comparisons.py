@@ -18,8 +18,9 @@ from flask.typing import ResponseReturnValue
 
 from grader.core.compare import DEFAULT_ALPHA, Metric, metric_names, student_comparison
 from grader.core.models import Feedback
+from grader.db import disclosures
 from grader.db.engine import session_scope
-from grader.db.tables import Role
+from grader.db.tables import Role, utcnow
 from grader.exceptions import ComparisonRefused, GraderError, SubmissionNotFound
 from grader.instructor.comparisons import compare_submissions, regrade_comparison
 from grader.instructor.regrades import get_run
@@ -194,13 +195,23 @@ def regrade_compare_page(run_id: int) -> ResponseReturnValue:
 # Student: counts only
 
 
+#: Feedback modes whose released view shows the counts a student comparison restates.
+COMPARABLE_MODES = (Feedback.COUNTS, Feedback.LADDER)
+
+
 def student_comparison_view(user_id: int, baseline: str, candidate: str) -> dict[str, Any]:
     """What a student may see of a comparison of two of their own graded submissions: counts
     by kind and gate, McNemar's p and the CI on the pass-rate difference (DESIGN §8). Another
-    student's submission is indistinguishable from none. Refused unless the course gives
-    counts feedback (a student on ``pass_fail`` or ``none`` sees no counts)."""
+    student's submission is indistinguishable from none.
+
+    Only where both results' full counts views were shown to the student (``counts``, or
+    ``ladder`` when both were released), since the comparison restates them. What it shows
+    beyond them (the discordant total behind p and the CI) is charged to the student's
+    feedback used, once per pair, and refused past the budget (README, "Feedback and
+    disclosure")."""
     case_set, _ = load_case_set()
-    if case_set is not None and case_set.policy.feedback is not Feedback.COUNTS:
+    policy = case_set.policy if case_set is not None else None
+    if policy is not None and policy.feedback not in COMPARABLE_MODES:
         raise ComparisonRefused("comparisons are not available with this course's feedback")
     with session_scope(state().engine) as session:
         found = compare_submissions(
@@ -209,6 +220,26 @@ def student_comparison_view(user_id: int, baseline: str, candidate: str) -> dict
             candidate=candidate,
             case_set=None,  # no labels: a student's comparison names no case or slice
             owner_id=user_id,
+        )
+        now = utcnow()
+        for side in (found.baseline, found.candidate):
+            shown = disclosures.comparable(session=session, grading=side.grading, now=now)
+            if shown is None:  # held back: the same answer as a result not graded yet
+                raise ComparisonRefused(f"submission {side.submission.id} has no results yet")
+            if not shown:
+                raise ComparisonRefused(
+                    f"submission {side.submission.id}: its full result was not released to "
+                    "you, so it cannot be compared"
+                )
+        assert found.baseline.grading.id is not None and found.candidate.grading.id is not None
+        charged = disclosures.charge_comparison(
+            session=session,
+            user_id=user_id,
+            case_set_version=found.comparison.case_set_version,
+            grading_ids=(found.baseline.grading.id, found.candidate.grading.id),
+            primary_cases=found.comparison.primary.cases,
+            budget_bits=policy.feedback_budget_bits if policy is not None else None,
+            now=now,
         )
         view = student_comparison(found.comparison)
         view["baseline"] = {
@@ -219,6 +250,7 @@ def student_comparison_view(user_id: int, baseline: str, candidate: str) -> dict
             "submission": found.candidate.submission.id,
             "agent_name": found.candidate.submission.agent_name,
         }
+        view["bits_charged"] = charged
         return view
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grader.core.casesets import load_policy
+from grader.core.compare import paired_test
 from grader.core.disclosure import (
     History,
     Shape,
@@ -21,6 +22,7 @@ from grader.core.disclosure import (
     Withheld,
     bucket,
     coarse_view_bits,
+    comparison_bits,
     counts_view_bits,
     full_cost,
     gate_view,
@@ -31,6 +33,7 @@ from grader.core.disclosure import (
     timing_bits,
     timing_values,
 )
+from grader.core.model_usage import SummaryBounds, summary_bits, summary_values
 from grader.core.models import (
     GATES_BY_KIND,
     CaseKind,
@@ -40,11 +43,14 @@ from grader.core.models import (
     Feedback,
     Gate,
     GradeReport,
+    ModelAlias,
+    ModelCall,
+    ModelLimits,
     Policy,
     Versions,
 )
 from grader.core.scoring import decide, safety_failures
-from grader.core.views import student_view
+from grader.core.views import instructor_view, student_view
 from grader.exceptions import CaseSetError
 from tests.conftest import make_case, make_refusal
 
@@ -285,3 +291,138 @@ def test_a_spent_budget_holds_the_result_until_the_longest_run_could_end() -> No
     assert hold_until(
         shown, policy=open_policy, created=created, started=started, finished=finished
     ) == created + timedelta(seconds=60)
+
+
+# --------------------------------------------------------------------------------------------
+# The model summary (a run through the model gateway) and the student comparison
+
+
+def _model_policy(**limits: float) -> Policy:
+    """A policy naming two models with different price dates, and the given limits."""
+    return Policy(
+        case_timeout_seconds=limits.pop("case_timeout_seconds", 0.25),
+        models={
+            "course-chat": ModelAlias(
+                upstream="x", input_usd_per_mtok=150, prices_date="2026-11-01"
+            ),
+            "course-big": ModelAlias(
+                upstream="y", output_usd_per_mtok=600, prices_date="2026-12-01"
+            ),
+        },
+        model_limits=ModelLimits(**limits),  # type: ignore[arg-type]
+    )
+
+
+def test_model_summary_bound_by_hand() -> None:
+    """3 cases, 2 calls per case, 10 tokens per case but 15 per run, $0.002 per run, 0.25 s per
+    question: calls, refused and cached in 0…6 (7^3), each token sum in 0…15 (16^2), the cost
+    in 3 tenth-of-a-cent steps, latencies in 4 steps of 100 ms as non-decreasing triples
+    (C(6, 3) = 20): 3·log2 7 + 8 + log2 3 + log2 20 bits, added to the counts view only; a
+    policy without models adds nothing."""
+    policy = _model_policy(
+        calls_per_case=2, tokens_per_case=10, tokens_per_run=15, usd_per_run=0.002
+    )
+    counts = {CaseKind.ANSWERABLE: 2, CaseKind.REFUSAL: 1}
+    bounds = SummaryBounds.of(policy, 3)
+    assert summary_values(bounds) == {
+        "calls": 7,
+        "refused": 7,
+        "cached": 7,
+        "prompt_tokens": 16,
+        "completion_tokens": 16,
+        "usd": 3,
+        "latency_ms": 20,
+    }
+    expected = 3 * math.log2(7) + 8 + math.log2(3) + math.log2(20)
+    with_models, without = Shape.of(counts, policy), Shape.of(counts, Policy())
+    assert with_models.model_bits == pytest.approx(expected)
+    assert without.model_bits == 0.0 and counts_view_bits(without) == counts_view_bits(SHAPE)
+    assert counts_view_bits(with_models) == pytest.approx(counts_view_bits(SHAPE) + expected)
+    assert coarse_view_bits(with_models) == coarse_view_bits(without)
+
+
+#: Calls an agent might make on one question: served, refused, cached, slow, over the limits.
+CALL_MENU = (
+    ModelCall(
+        model="course-chat", prompt_tokens=1, completion_tokens=1, latency_ms=3.0, usd=0.0002
+    ),
+    ModelCall(
+        model="course-big", prompt_tokens=2, completion_tokens=0, latency_ms=140.0, usd=0.0011
+    ),
+    ModelCall(
+        model="course-chat", prompt_tokens=1, completion_tokens=2, latency_ms=0.5, cached=True
+    ),
+    ModelCall(model="course-big", prompt_tokens=9, completion_tokens=7, latency_ms=900.0, usd=0.01),
+    ModelCall(model="gpt-4o", latency_ms=0.1, error="400: unknown model 'gpt-4o'"),
+)
+
+
+def test_model_summary_bound_covers_every_summary_an_agent_can_produce() -> None:
+    """Every sequence of up to four calls from a menu (served, cached, refused, slower than the
+    deadline, over every limit) on a one-question set gives student summaries within the
+    bounds, no more distinct ones than 2 ** bound, latencies in 100 ms steps, one price
+    date; the instructor view keeps the exact figures."""
+    policy = _model_policy(calls_per_case=2, tokens_per_case=3, tokens_per_run=3, usd_per_run=0.002)
+    bounds = SummaryBounds.of(policy, 1)
+    versions = Versions(case_set="v", cases="c", policy="p", corpus="k", grader="0")
+    seen: set[str] = set()
+    for length in range(5):
+        for calls in itertools.product(CALL_MENU, repeat=length):
+            result = next(_results(CaseKind.REFUSAL, "r1")).model_copy(
+                update={"model_calls": calls}
+            )
+            report = GradeReport(
+                versions=versions,
+                results=(result,),
+                decision=decide((result,), policy),
+                model_gateway=True,
+            )
+            model = student_view(report, model_bounds=bounds)["model"]
+            assert model["calls"] <= 2 and model["prompt_tokens"] <= 3 and model["usd"] <= 0.002
+            assert all(v % 100 == 0 and v <= 300 for v in model["latency_ms"].values())
+            assert model["prices_date"] == "2026-12-01"
+            assert instructor_view(report)["model"]["calls"] == length
+            seen.add(json.dumps(model, sort_keys=True))
+    assert len(seen) > 40
+    assert math.log2(len(seen)) <= summary_bits(bounds)
+
+
+def test_coarse_withheld_and_model_free_views_carry_no_model_summary() -> None:
+    """A coarse view drops the model summary (its bound has no model term), a withheld view
+    keeps only the decision, and under a policy without models no summary is shown at all,
+    so such a set costs what it did before."""
+    versions = Versions(case_set="v", cases="c", policy="p", corpus="k", grader="0")
+    result = next(_results(CaseKind.REFUSAL, "r1")).model_copy(
+        update={"model_calls": CALL_MENU[:2]}
+    )
+    policy = _model_policy()
+    report = GradeReport(
+        versions=versions, results=(result,), decision=decide((result,), policy), model_gateway=True
+    )
+    bounds = SummaryBounds.of(policy, 1)
+    assert "model" in student_view(report, model_bounds=bounds)
+    assert "model" not in student_view(report, feedback=Feedback.COARSE, model_bounds=bounds)
+    withheld = plan_release(
+        policy=policy.model_copy(update={"feedback_budget_bits": 0.0}),
+        shape=Shape.of({CaseKind.REFUSAL: 1}, policy),
+        score=0.0,
+        history=History(),
+    )
+    assert "model" not in gate_view(student_view(report, model_bounds=bounds), withheld)
+    assert "model" not in student_view(report, model_bounds=SummaryBounds.of(Policy(), 1))
+
+
+def test_comparison_discloses_at_most_n_plus_one_values_beyond_the_views() -> None:
+    """For every pair of released views of a 4-case set (cases passed on each side), every
+    ordering and split of outcomes they allow gives at most n + 1 = 5 distinct (p, CI)
+    answers, and comparison_bits charges log2 5; reordering cases never moves the CI."""
+    seen: dict[tuple[int, int], set[tuple[float, tuple[float, float] | None]]] = {}
+    outcomes = [(False, False), (False, True), (True, False), (True, True)]
+    for pairs in itertools.product(outcomes, repeat=4):
+        test = paired_test(list(pairs), with_ci=True)
+        views = (test.baseline_passed, test.candidate_passed)
+        seen.setdefault(views, set()).add((test.p_value, test.ci95))
+        assert paired_test(list(reversed(pairs)), with_ci=True).ci95 == test.ci95
+    assert max(len(answers) for answers in seen.values()) <= 5
+    assert max(len(answers) for answers in seen.values()) > 1  # the channel is real
+    assert comparison_bits(4) == pytest.approx(math.log2(5))

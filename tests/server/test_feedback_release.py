@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import textwrap
 import time
@@ -26,7 +27,7 @@ from redis import Redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from grader.db.tables import FeedbackDisclosureRow, as_utc
+from grader.db.tables import ComparisonDisclosureRow, FeedbackDisclosureRow, as_utc
 from grader.server import create_app
 from grader.settings import Settings
 from grader.worker.enqueue import make_queue
@@ -498,3 +499,130 @@ def test_a_regrade_keeps_a_withheld_result_withheld_at_no_cost(
     assert two["feedback"]["released"] is False and two["feedback"]["best_submission"] == first
     page = logged_in(running.app, student).get(f"/submissions/{second}").get_data(as_text=True)
     assert f'href="/submissions/{first}"' in page
+
+
+# --------------------------------------------------------------------------------------------
+# A student's comparison of two of their submissions (issue 13) is charged too
+
+#: Refuses every question: fails both answerable cases, passes the refusal case.
+REFUSING_AGENT = """
+def answer(question):
+    return {"answer": "I don't know; the course material does not cover this.",
+            "citations": [], "confidence": 0.1, "needs_human_review": True}
+"""
+
+#: McNemar's discordant total on the 2 answerable cases: one of 0, 1, 2.
+COMPARISON_BITS = math.log2(3)
+
+
+def compare(course: Course, student: Account, baseline: str, candidate: str) -> Any:
+    return course.client.get(
+        "/api/compare",
+        headers=student.headers,
+        query_string={"baseline": baseline, "candidate": candidate},
+    )
+
+
+def graded_pair(course: Course, student: Account) -> tuple[str, str]:
+    """A refusing submission, then an honest one, graded and readable by the student."""
+    first = submit(course, student, agent_files(REFUSING_AGENT, name="refuser"))
+    second = submit(course, student, honest_agent())
+    course.run_worker()
+    wait_until_graded(course, student, [first, second])
+    return first, second
+
+
+def test_a_comparison_is_charged_once_per_pair(
+    course: Callable[[str], Course], student: Account, engine: Engine
+) -> None:
+    """Under counts, comparing two released results adds log2(n + 1) bits (n = 2 answerable
+    cases) to the student's feedback used, recorded in a row of its own; the same pair again,
+    in either order, costs nothing; what the comparison shows of each side is what the views
+    showed."""
+    running = course(f'feedback = "counts"\nfeedback_budget_bits = 1000\n{NO_HOLD}')
+    first, second = graded_pair(running, student)
+    before = me(running, student)["feedback"]["bits_disclosed"]
+    response = compare(running, student, first, second)
+    assert response.status_code == 200, response.get_json()
+    view = response.get_json()
+    assert view["bits_charged"] == pytest.approx(COMPARISON_BITS, abs=1e-6)
+    assert view["primary"]["p_value"] == 0.5  # 0 vs 2 discordant
+    after = me(running, student)["feedback"]["bits_disclosed"]
+    assert after == pytest.approx(before + COMPARISON_BITS, abs=0.01)
+    for sid, side in ((first, "baseline_passed"), (second, "candidate_passed")):
+        shown = running.client.get(f"/api/submissions/{sid}", headers=student.headers)
+        counts = shown.get_json()["feedback"]["by_kind"]["answerable"]["passed"]
+        assert view["by_kind"]["answerable"][side] == counts
+    for query in ((first, second), (second, first)):
+        again = compare(running, student, *query)
+        assert again.status_code == 200 and again.get_json()["bits_charged"] == 0
+    assert me(running, student)["feedback"]["bits_disclosed"] == after
+    with Session(engine) as session:
+        rows = session.exec(select(ComparisonDisclosureRow)).all()
+    assert [(row.user_id, round(row.bits, 3)) for row in rows] == [
+        (student.id, round(COMPARISON_BITS, 3))
+    ]
+
+
+def test_a_comparison_past_the_budget_is_refused(
+    course: Callable[[str], Course], student: Account
+) -> None:
+    """With a budget that holds two full views (46.02 bits each) but not the comparison's
+    1.58 bits more, the comparison is refused with one line and charges nothing."""
+    running = course(f'feedback = "counts"\nfeedback_budget_bits = 93\n{NO_HOLD}')
+    first, second = graded_pair(running, student)
+    bodies = [
+        running.client.get(f"/api/submissions/{sid}", headers=student.headers).get_json()
+        for sid in (first, second)
+    ]
+    assert all(body["feedback"]["released"] for body in bodies)
+    before = me(running, student)["feedback"]["bits_disclosed"]
+    assert before + COMPARISON_BITS > 93
+    response = compare(running, student, first, second)
+    assert response.status_code == 400
+    error = response.get_json()["error"]
+    assert error.startswith("feedback budget reached") and "\n" not in error
+    assert me(running, student)["feedback"]["bits_disclosed"] == before
+
+
+def test_ladder_compares_only_released_results(
+    course: Callable[[str], Course], student: Account
+) -> None:
+    """Under ladder, two released results (the second beat the first) can be compared and are
+    charged; a result withheld as no improvement cannot, and the refusal costs nothing."""
+    running = course(f'feedback = "ladder"\n{NO_HOLD}')
+    first, second = graded_pair(running, student)
+    before = me(running, student)["feedback"]["bits_disclosed"]
+    allowed = compare(running, student, first, second)
+    assert allowed.status_code == 200, allowed.get_json()
+    assert allowed.get_json()["bits_charged"] == pytest.approx(COMPARISON_BITS, abs=1e-6)
+    charged = me(running, student)["feedback"]["bits_disclosed"]
+    assert charged == pytest.approx(before + COMPARISON_BITS, abs=0.01)
+    third = submit(running, student, honest_agent(salt="again"))
+    running.run_worker()
+    body = wait_until_graded(running, student, [third])[0]
+    assert body["feedback"]["released"] is False
+    spent = me(running, student)["feedback"]["bits_disclosed"]
+    refused = compare(running, student, second, third)
+    assert refused.status_code == 400
+    assert refused.get_json() == {
+        "error": f"submission {third}: its full result was not released to you, so it cannot "
+        "be compared"
+    }
+    assert me(running, student)["feedback"]["bits_disclosed"] == spent
+
+
+def test_a_result_still_held_back_cannot_be_compared(
+    course: Callable[[str], Course], student: Account
+) -> None:
+    """With a 60 s time quantum a result the student cannot read yet cannot be compared
+    either: the refusal reads as for a submission with no results."""
+    running = course('feedback = "counts"\n')
+    first = submit(running, student, agent_files(REFUSING_AGENT, name="refuser"))
+    second = submit(running, student, honest_agent())
+    running.run_worker()
+    listed = running.client.get(f"/api/submissions/{second}", headers=student.headers)
+    assert listed.get_json()["status"] != "graded"
+    refused = compare(running, student, first, second)
+    assert refused.status_code == 400
+    assert refused.get_json()["error"].endswith("has no results yet")

@@ -8,6 +8,7 @@ summary and no byte of any question; instructors see every call against its case
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,8 +16,13 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
 
-from grader.db.tables import Role
+from grader.core.casesets import load_case_set
+from grader.core.disclosure import Shape, counts_view_bits
+from grader.core.model_usage import SummaryBounds, summary_bits
+from grader.core.models import CaseKind
+from grader.db.tables import FeedbackDisclosureRow, Role
 from grader.settings import Settings
 from tests.conftest import write_case_set
 from tests.gateway.conftest import CourseModel, start_course_model
@@ -144,3 +150,43 @@ def test_questions_echoed_into_model_calls_never_reach_a_student(
     html = staff_browser.get(f"/instructor/submissions/{sid}").get_data(as_text=True)
     assert 'id="model-usage"' in html and "6 calls (3 refused)" in html
     assert "model: 2 calls" in html and "400: unknown model" in html
+
+
+def test_the_model_summary_a_student_reads_is_rounded_and_accounted(
+    client: FlaskClient,
+    make_user: Callable[..., Account],
+    engine: Engine,
+    settings: Settings,
+    run_worker_burst: Callable[[], None],
+) -> None:
+    """Graded by a real worker with the course model, the student's model summary has the
+    instructor's counts and tokens but latencies rounded up to 100 ms (at most the question's
+    time limit) and cost to $0.001; the result set is charged the counts view's bits plus the
+    summary's, which the same set without [models] would not be charged, and /api/me says so."""
+    student = make_user(Role.STUDENT, "mallory")
+    instructor = make_user(Role.INSTRUCTOR, "staff")
+    response = upload(client, student, make_zip(agent_files(ECHO_INTO_MODEL)))
+    sid = response.get_json()["id"]
+    run_worker_burst()
+    assert submission_row(engine, sid).status == "graded"
+    shown = client.get(f"/api/submissions/{sid}", headers=student.headers).get_json()
+    summary = shown["feedback"]["model"]
+    exact = client.get(f"/api/instructor/submissions/{sid}", headers=instructor.headers)
+    exact_summary = exact.get_json()["model"]
+    for key in ("calls", "refused", "cached", "prompt_tokens", "completion_tokens"):
+        assert summary[key] == exact_summary[key]
+    for name, value in summary["latency_ms"].items():
+        assert value % 100 == 0 and exact_summary["latency_ms"][name] <= value <= 3000
+    assert exact_summary["usd"] <= summary["usd"] < exact_summary["usd"] + 0.001
+
+    policy = load_case_set(settings.cases_dir).policy
+    counts = Counter(CaseKind(case["kind"]) for case in CASES)
+    with_models = counts_view_bits(Shape.of(counts, policy))
+    without = counts_view_bits(Shape.of(counts, policy.model_copy(update={"models": {}})))
+    model_bits = summary_bits(SummaryBounds.of(policy, len(CASES)))
+    assert model_bits > 60 and with_models == pytest.approx(without + model_bits)
+    with Session(engine) as session:
+        row = session.exec(select(FeedbackDisclosureRow)).one()
+    assert row.view_bits == pytest.approx(with_models, abs=1e-5)
+    standing = client.get("/api/me", headers=student.headers).get_json()["feedback"]
+    assert standing["bits_disclosed"] == pytest.approx(row.bits, abs=0.01)
