@@ -1,7 +1,7 @@
 """The database archive store (``GRADER_STORAGE_URL=postgresql+psycopg://…``), and the choice of
 store from ``GRADER_STORAGE_URL``.
 
-Archives live in two tables (migration ``0007_archive_store``): ``archives`` holds one row per
+Archives live in two tables (migration ``0006_archive_store``): ``archives`` holds one row per
 SHA-256 (size, chunk count, when it was stored or last re-uploaded) and ``archive_chunks`` the
 bytes, in pieces of :data:`CHUNK_BYTES`. Neither direction ever holds a whole archive in memory:
 an upload is spooled to a local file while hashed (as in the folder store), then inserted one

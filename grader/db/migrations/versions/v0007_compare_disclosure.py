@@ -1,7 +1,7 @@
 """Comparison accounting: the bits a student's comparison discloses beyond the two views.
 
 Revision ID: 0007_compare_disclosure
-Revises: 0006_feedback_accounting
+Revises: 0006_archive_store
 Create Date: 2026-12-01
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007_compare_disclosure"
-down_revision: str | None = "0006_feedback_accounting"
+down_revision: str | None = "0006_archive_store"
 branch_labels: str | None = None
 depends_on: str | None = None
 

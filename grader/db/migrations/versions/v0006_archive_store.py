@@ -1,7 +1,7 @@
 """The database archive store: archives in chunks, content-addressed by SHA-256.
 
-Revision ID: 0007_archive_store
-Revises: 0006_feedback_accounting
+Revision ID: 0006_archive_store
+Revises: 0005_feedback_accounting
 Create Date: 2026-12-01
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007_archive_store"
-down_revision: str | None = "0006_feedback_accounting"
+revision = "0006_archive_store"
+down_revision: str | None = "0005_feedback_accounting"
 branch_labels: str | None = None
 depends_on: str | None = None
 

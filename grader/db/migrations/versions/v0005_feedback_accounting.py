@@ -1,6 +1,6 @@
 """Feedback accounting: what each result set showed its student and the bits it cost.
 
-Revision ID: 0006_feedback_accounting
+Revision ID: 0005_feedback_accounting
 Revises: 0004_model_calls
 Create Date: 2026-12-01
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006_feedback_accounting"
+revision = "0005_feedback_accounting"
 down_revision: str | None = "0004_model_calls"
 branch_labels: str | None = None
 depends_on: str | None = None
