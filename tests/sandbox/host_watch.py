@@ -101,6 +101,7 @@ class SandboxWatch:
         self._container_pids: dict[str, int] = {}
         self._docker: Any = None
         self.error: BaseException | None = None
+        self._sampling = threading.Lock()
 
     def __enter__(self) -> SandboxWatch:
         self._thread.start()
@@ -122,11 +123,24 @@ class SandboxWatch:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                for pid in self._candidates():
-                    self._record(pid)
+                self.sample()
                 self._stop.wait(self.interval)
         except BaseException as exc:  # reported by __exit__: a silent watch proves nothing
             self.error = exc
+
+    def sample(self) -> None:
+        """Record this run's sandboxed processes as they are now."""
+        with self._sampling:
+            for pid in self._candidates():
+                self._record(pid)
+
+    # The session's case observer (grader.sandbox.session.CaseObserver): a fast run can end
+    # between two polls of a busy machine, but when a question starts the runner is alive.
+    def begin_case(self, key: str, deadline: float) -> None:
+        self.sample()
+
+    def end_case(self) -> None:
+        pass
 
     def _candidates(self) -> set[int]:
         if self.sandbox == "docker":

@@ -22,12 +22,15 @@ from pathlib import Path
 import pytest
 
 from grader.core.casesets import CaseSet, load_case_set
+from grader.core.models import GradeReport
 from grader.core.views import student_view
-from grader.grading import grade_agent
+from grader.grading import build_report, limits_for, results_from_runs
 from grader.sandbox import Sandbox, make_sandbox
+from grader.sandbox.base import LaunchSpec
 from grader.sandbox.hardening import SANDBOX_USER
 from grader.sandbox.images import SANDBOX_UID
 from grader.sandbox.process import CGROUP_PARENT, CGROUP_ROOT, safe_label
+from grader.sandbox.session import run_session
 from grader.sandbox.staging import staging_root
 from tests.conftest import REPO, write_agent, write_case_set
 from tests.sandbox.host_watch import (
@@ -175,6 +178,30 @@ def field(answer: str, name: str) -> list[str]:
     return [] if value == "nothing" else value.split(",")
 
 
+def grade_watched(
+    agent_dir: Path, case_set: CaseSet, sandbox: Sandbox, label: str, watch: SandboxWatch
+) -> GradeReport:
+    """Grade as :func:`grader.grading.grade_agent` does, with the host watch told when each
+    question starts, so it samples the sandbox at least once while the runner is alive."""
+    spec = LaunchSpec(
+        agent_dir=agent_dir,
+        corpus_dir=case_set.corpus.root,
+        entrypoint="agent:answer",
+        setup=None,
+        label=label,
+        limits=limits_for(case_set.policy),
+    )
+    questions = [(case.id, case.question) for case in case_set.cases]
+    session = run_session(sandbox, spec, questions, observer=watch)
+    return build_report(
+        case_set,
+        results_from_runs(case_set, session.runs),
+        sandbox=sandbox.name,
+        sandbox_image=getattr(sandbox, "image_id", None),
+        restarts=session.restarts,
+    )
+
+
 @pytest.mark.parametrize("agent_name", sorted(AGENTS))
 def test_hostile_agent_is_contained(
     sandbox: Sandbox, case_set: CaseSet, agent_name: str, tmp_path: Path, run_label: str
@@ -187,14 +214,7 @@ def test_hostile_agent_is_contained(
     settings_before = host_settings()
     try:
         with SandboxWatch(sandbox.name, run_label) as watch:
-            report = grade_agent(
-                agent_dir,
-                entrypoint="agent:answer",
-                setup=None,
-                case_set=case_set,
-                sandbox=sandbox,
-                label=run_label,
-            )
+            report = grade_watched(agent_dir, case_set, sandbox, run_label, watch)
     finally:
         changed = restore_host_settings(settings_before)
     assert changed == [], f"the agent changed host kernel settings {changed}"
