@@ -24,6 +24,9 @@ OWNER_LABEL = "grader.owner"
 #: whoever owns it: no legitimate run comes near it (the run deadline is minutes), and it is
 #: the only way to reclaim containers whose owner lived on another host or in a container.
 ORPHAN_MAX_AGE_S = 2 * 3600.0
+#: A stopped container is left this long to its owner, which may still be reading its exit
+#: state (out of memory?) before removing it itself.
+STOPPED_GRACE_S = 60.0
 
 
 def remove_orphans(
@@ -31,10 +34,11 @@ def remove_orphans(
 ) -> int:
     """Remove sandbox containers nobody is using any more; return how many were removed.
 
-    A container labelled ``grader.role=sandbox`` is an orphan when it is not running, when
-    the grader process that created it (on this host) has died, or when it has been running
-    longer than ``max_age_s``. Running containers of live graders are left alone, so several
-    workers can share one engine.
+    A container labelled ``grader.role=sandbox`` is an orphan when the grader process that
+    created it (on this host) has died, when it stopped more than a grace period after it was
+    created, or when it has existed longer than ``max_age_s``. A container another worker has
+    just created and not yet started is *not* an orphan: several workers share one engine, and
+    sweeping each other's fresh containers made both first runs fail.
     """
     removed = 0
     containers: Iterable[dict[str, Any]] = client.api.containers(
@@ -43,9 +47,10 @@ def remove_orphans(
     now = time.time()
     for entry in containers:
         labels = entry.get("Labels") or {}
-        running = entry.get("State") == "running"
-        too_old = max_age_s is not None and now - float(entry.get("Created", now)) > max_age_s
-        if running and not too_old and _owner_alive(labels.get(OWNER_LABEL, "")):
+        age = now - float(entry.get("Created", now))
+        in_use = entry.get("State") in ("created", "running") or age < STOPPED_GRACE_S
+        too_old = max_age_s is not None and age > max_age_s
+        if in_use and not too_old and _owner_alive(labels.get(OWNER_LABEL, "")):
             continue
         if force_remove(client, str(entry["Id"])) is None:
             removed += 1

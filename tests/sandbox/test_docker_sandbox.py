@@ -427,12 +427,20 @@ def test_remove_orphans_spares_live_owners(
     dead = start(f"{host}:999999999:1")  # no such pid: its grader is gone
     live = start(owner_token())  # this test process: alive
     foreign = start("another-host:1:1")  # cannot tell: keep
+    # Another worker's container, created but not started yet: in use, keep.
+    fresh = docker_api.api.create_container(
+        docker_sandbox.image_id,
+        command=["true"],
+        labels={ROLE_LABEL: "sandbox", SUBMISSION_LABEL: "orphan-test", OWNER_LABEL: owner_token()},
+        host_config=docker_api.api.create_host_config(network_mode="none"),
+    )["Id"]
+    stray_containers.append(fresh)
     assert remove_orphans(docker_api) == 1
     remaining = {c.id for c in docker_api.containers.list(all=True)}
     assert dead not in remaining
-    assert {live, foreign} <= remaining
+    assert {live, foreign, fresh} <= remaining
     # Past the age limit every sandbox container goes, whoever owns it.
-    assert remove_orphans(docker_api, max_age_s=0) == 2
+    assert remove_orphans(docker_api, max_age_s=0) == 3
 
 
 @pytest.mark.docker

@@ -252,8 +252,10 @@ def test_a_worker_container_wired_as_the_compose_file_says_grades_in_docker_sand
     outputs = [run.communicate(timeout=300)[0] for run in runs]
     logs = "\n".join(output[-3000:] for output in outputs)
     assert all(run.returncode == 0 for run in runs), logs
-    assert [submission_row(engine, sid).status for sid in ids] == [SubmissionStatus.GRADED] * 3, (
-        logs
+    rows = [submission_row(engine, sid) for sid in ids]
+    assert [row.status for row in rows] == [SubmissionStatus.GRADED] * 3, (
+        [row.failure_reason for row in rows],
+        logs,
     )
     assert_graded_exactly_once(engine, ids)
     with Session(engine) as session:
