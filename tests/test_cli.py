@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.cli.helpers import EXIT_AUDIT_FAILED
+from grader.cli.helpers import EXIT_AUDIT_FAILED, EXIT_SANDBOX
 from tests.conftest import (
     EXAMPLES,
     PRIVATE_CASES,
@@ -257,3 +257,17 @@ def test_docker_sandbox_grades_examples_like_bwrap(agent: str) -> None:
         views[sandbox + "-decision"] = view["certificate"]
     assert views["docker"] == views["bwrap"]
     assert views["docker-decision"] == views["bwrap-decision"]
+
+
+def test_sandbox_build_without_an_engine_is_one_line(tmp_path: Path) -> None:
+    """``grader sandbox build`` against an engine that does not answer says so in one line
+    (with the fix) and exits with the sandbox status, never a traceback."""
+    result = subprocess.run(
+        [*GRADER, "sandbox", "build", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"},
+    )
+    assert_one_line_error(result, "Docker engine not reachable", "scripts/docker-engine.sh")
+    assert result.returncode == EXIT_SANDBOX

@@ -18,7 +18,7 @@ from grader.exceptions import GraderError
 from grader.sandbox.doctor import DoctorCheck, doctor
 from grader.sandbox.images import SANDBOX_IMAGE, build_sandbox_image, docker_client
 
-from .helpers import EXIT_CHECK_FAILED
+from .helpers import EXIT_CHECK_FAILED, EXIT_SANDBOX, fail
 
 
 @click.group()
@@ -49,11 +49,9 @@ def build(base_image: str | None, force: bool, quiet: bool) -> None:
         client = docker_client(timeout=120)
         image_id = build_sandbox_image(client, base_image=base_image, force=force, log=log)
     except docker.errors.DockerException as exc:
-        raise click.ClickException(
-            f"Docker engine not reachable ({exc}); run scripts/docker-engine.sh"
-        ) from exc
+        fail(f"Docker engine not reachable ({exc}); run scripts/docker-engine.sh", EXIT_SANDBOX)
     except GraderError as exc:
-        raise click.ClickException(str(exc)) from exc
+        fail(str(exc), EXIT_SANDBOX)
     elapsed = time.monotonic() - started
     if quiet:
         click.echo(image_id)
