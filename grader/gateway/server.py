@@ -5,15 +5,20 @@ sandbox mounts; the runner inside forwards ``127.0.0.1:<port>`` to it. The gatew
 
 - answers only ``POST /v1/chat/completions``, ``POST /v1/embeddings`` and ``GET /v1/models``
   (anything else 404), and only with the run's bearer token (else 401);
-- refuses a body over ``request_bytes`` (413), a body that is not a JSON object, streaming,
-  ``max_tokens`` above the policy's, a temperature above its ceiling (400), a model alias the
-  policy does not list (400), a call while no question is being answered (409);
-- refuses, with 429 and a JSON reason, a call over ``calls_per_case``, ``tokens_per_case``,
-  ``tokens_per_run`` or ``usd_per_run`` (a prompt is estimated with the course model's token
-  rule before it is sent, and ``max_tokens`` is pinned to what the budgets leave);
+- refuses a body that is not a JSON object (NaN and Infinity included), streaming, ``n`` other
+  than 1, a model alias the policy does not list (400), a call while no question is being
+  answered (409);
+- refuses, with 429 and a JSON reason naming the limit, a call over any of the policy's
+  ``[model_limits]``: ``request_bytes``, ``max_tokens``, ``temperature_max``,
+  ``calls_per_case``, ``tokens_per_case``, ``tokens_per_run``, ``usd_per_run``. A prompt is
+  estimated with the course model's token rule before it is sent, ``max_tokens`` is pinned to
+  what the token and cost budgets leave, and the prompt plus that ``max_tokens`` stay reserved
+  until the answer's usage is counted, so simultaneous calls cannot overshoot a budget (an
+  upstream that reports no usage is charged the whole reservation);
 - answers 503 when no upstream is configured, 502 when the upstream fails and 504 when it does
   not answer before the case deadline;
-- records every call it received during a case (served or refused) against that case; a call
+- records every call it received during a case (served or refused) against that case, up to
+  ``REFUSALS_RECORDED`` refusals a case (the rest are counted in one closing record); a call
   while no question is being answered gets 409 and is not recorded.
 
 Nothing of the upstream (its URL's key, its error text) is passed back to the agent.
@@ -50,6 +55,9 @@ IDLE_SECONDS = 5.0
 #: Kept back from the case deadline so a late upstream answer still reaches the agent in time.
 DEADLINE_MARGIN_S = 0.05
 PATHS = {"/v1/chat/completions": "chat/completions", "/v1/embeddings": "embeddings"}
+#: Refused calls recorded one by one per case; an agent hammering the gateway with bad requests
+#: (thousands a second) would otherwise fill the grader's memory and the eval record.
+REFUSALS_RECORDED = 16
 
 
 class Refusal(Exception):
@@ -66,7 +74,11 @@ class _Usage:
     calls: int = 0
     tokens: int = 0
     usd: float = 0.0
+    #: In flight: tokens and dollars held by calls not yet answered.
+    reserved_usd: float = 0.0
     records: list[ModelCall] = field(default_factory=list)
+    refusals: int = 0
+    unrecorded: int = 0
 
 
 class Gateway:
@@ -102,7 +114,12 @@ class Gateway:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Gateway:
-        server = _UnixHTTPServer(str(self.socket_path), self)
+        try:
+            server = _UnixHTTPServer(str(self.socket_path), self)
+        except BaseException:  # e.g. a socket path over the kernel's 108 bytes
+            if self.upstream is not None:
+                self.upstream.close()
+            raise
         os.chmod(self.socket_path, 0o666)  # the folder (and the run token) guard it
         self._server = server
         self._thread = threading.Thread(
@@ -144,7 +161,15 @@ class Gateway:
         """Every call recorded against case ``key``."""
         with self._lock:
             usage = self._by_case.get(key)
-            return tuple(usage.records) if usage else ()
+            if usage is None:
+                return ()
+            if not usage.unrecorded:
+                return tuple(usage.records)
+            more = ModelCall(
+                model="?",
+                error=f"429: {usage.unrecorded} more refused calls, not listed one by one",
+            )
+            return (*usage.records, more)
 
     # ------------------------------------------------------------------ serving one call
 
@@ -184,16 +209,24 @@ class Gateway:
                     f"{', '.join(sorted(self.models)) or 'none'}",
                 )
             upstream_body, estimate = self._checked_body(route, body, alias)
-            answer, cached = self._reserve_and_call(
+            if self.upstream is None and self.cache_dir is None:
+                raise Refusal(503, "no model upstream is configured for this run")
+            answer, cached, held = self._reserve_and_call(
                 case, deadline, route, body, upstream_body, alias, estimate
             )
         except Refusal as refusal:
             self.note_refusal(refusal, case=case, model=model_name, started=started)
             raise
+        except Exception:  # a bug or an upstream answer nobody foresaw: still an answer, recorded
+            failed = Refusal(502, "the gateway could not complete this call")
+            self.note_refusal(failed, case=case, model=model_name, started=started)
+            raise failed from None
         reported = answer.get("usage")
-        usage: dict[str, Any] = reported if isinstance(reported, dict) else {}
-        prompt = _int(usage.get("prompt_tokens"))
-        completion = _int(usage.get("completion_tokens"))
+        if isinstance(reported, dict):
+            prompt = _int(reported.get("prompt_tokens"))
+            completion = _int(reported.get("completion_tokens"))
+        else:  # no usage reported: charge everything the call held
+            prompt, completion = estimate, held.tokens - estimate
         call = ModelCall(
             model=model_name,
             prompt_tokens=prompt,
@@ -203,7 +236,7 @@ class Gateway:
             cached=cached,
             prices_date=alias.prices_date,
         )
-        self._record(case, call)
+        self._record(case, call, release=held)
         answer["model"] = model_name
         return answer
 
@@ -221,6 +254,8 @@ class Gateway:
             return upstream_body, sum(count_tokens(text) for text in inputs)
         if body.get("stream"):
             raise Refusal(400, "streaming is not supported by the grader's gateway")
+        if body.get("n", 1) != 1:
+            raise Refusal(400, "'n' must be 1: one completion per call")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise Refusal(400, "'messages' must be a non-empty list")
@@ -228,11 +263,11 @@ class Gateway:
         if temperature is not None:
             if not isinstance(temperature, int | float) or isinstance(temperature, bool):
                 raise Refusal(400, "'temperature' must be a number")
-            if temperature > limits.temperature_max:
+            if not 0 <= temperature <= limits.temperature_max:
                 raise Refusal(
-                    400,
-                    f"temperature {temperature} is above this course's "
-                    f"ceiling {limits.temperature_max:g}",
+                    429,
+                    f"temperature_max: temperature {temperature} is outside this course's "
+                    f"range 0 to {limits.temperature_max:g}",
                 )
         for name in ("max_tokens", "max_completion_tokens"):
             value = body.get(name)
@@ -242,7 +277,7 @@ class Gateway:
                 raise Refusal(400, f"'{name}' must be a positive integer")
             if value > limits.max_tokens:
                 raise Refusal(
-                    400, f"{name} {value} is above this course's limit {limits.max_tokens}"
+                    429, f"max_tokens: {name} {value} is above this course's {limits.max_tokens}"
                 )
         upstream_body.pop("max_completion_tokens", None)
         wanted = body.get("max_tokens") or body.get("max_completion_tokens") or limits.max_tokens
@@ -258,7 +293,9 @@ class Gateway:
         upstream_body: dict[str, Any],
         alias: ModelAlias,
         estimate: int,
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[dict[str, Any], bool, _Held]:
+        """Check the budgets, hold the call's worst case (prompt estimate + ``max_tokens``, and
+        its cost), and call; the caller releases the hold as it records the actual usage."""
         limits = self.limits
         with self._lock:
             usage = self._by_case[case]
@@ -266,8 +303,6 @@ class Gateway:
                 raise Refusal(
                     429, f"calls_per_case: at most {limits.calls_per_case} model calls per question"
                 )
-            if self._run.usd >= limits.usd_per_run:
-                raise Refusal(429, f"usd_per_run: this run has spent its ${limits.usd_per_run:g}")
             left = min(
                 limits.tokens_per_case - usage.tokens, limits.tokens_per_run - self._run.tokens
             )
@@ -280,19 +315,40 @@ class Gateway:
                 raise Refusal(
                     429, f"{which}: {max(left, 0)} tokens left, the prompt needs about {estimate}"
                 )
+            usd_left = limits.usd_per_run - self._run.usd - self._run.reserved_usd
+            completion = 0
             if "max_tokens" in upstream_body:
-                upstream_body["max_tokens"] = min(upstream_body["max_tokens"], left - estimate)
-            # Reserve the call and the estimate now, so simultaneous calls cannot overshoot.
+                affordable = (
+                    int((usd_left - alias.usd(estimate, 0)) / alias.usd(0, 1))
+                    if alias.usd(0, 1) > 0
+                    else left - estimate
+                )
+                completion = min(upstream_body["max_tokens"], left - estimate, affordable)
+                if completion < 1:
+                    raise Refusal(
+                        429, f"usd_per_run: this run's ${limits.usd_per_run:g} would be exceeded"
+                    )
+                upstream_body["max_tokens"] = completion
+            held = _Held(estimate + completion, alias.usd(estimate, completion))
+            if held.usd > usd_left:
+                raise Refusal(
+                    429, f"usd_per_run: this run's ${limits.usd_per_run:g} would be exceeded"
+                )
             usage.calls += 1
-            usage.tokens += estimate
             self._run.calls += 1
-            self._run.tokens += estimate
+            self._hold(usage, held, +1)
         try:
-            return self._answer(route, body, upstream_body, alias, deadline)
-        finally:
+            answer, cached = self._answer(route, body, upstream_body, alias, deadline)
+        except BaseException:
             with self._lock:
-                usage.tokens -= estimate
-                self._run.tokens -= estimate
+                self._hold(usage, held, -1)
+            raise
+        return answer, cached, held
+
+    def _hold(self, usage: _Usage, held: _Held, sign: int) -> None:
+        usage.tokens += sign * held.tokens
+        self._run.tokens += sign * held.tokens
+        self._run.reserved_usd += sign * held.usd
 
     def _answer(
         self,
@@ -350,10 +406,18 @@ class Gateway:
             ModelCall(model=model, error=f"{refusal.status}: {refusal.reason}", latency_ms=latency),
         )
 
-    def _record(self, case: str, call: ModelCall) -> None:
-        """Record ``call`` against ``case``; a served call's tokens and cost count too."""
+    def _record(self, case: str, call: ModelCall, *, release: _Held | None = None) -> None:
+        """Record ``call`` against ``case``; a served call's tokens and cost count too (in the
+        same step as its hold is released, so no other call sees the budget in between)."""
         with self._lock:
             usage = self._by_case[case]
+            if release is not None:
+                self._hold(usage, release, -1)
+            if call.error is not None:
+                usage.refusals += 1
+                if usage.refusals > REFUSALS_RECORDED:
+                    usage.unrecorded += 1
+                    return
             usage.records.append(call)
             if call.error is None:
                 tokens = call.prompt_tokens + call.completion_tokens
@@ -363,13 +427,25 @@ class Gateway:
                 self._run.usd += call.usd
 
 
+@dataclass(frozen=True)
+class _Held:
+    """What one call in flight holds of the budgets: its worst-case tokens and cost."""
+
+    tokens: int
+    usd: float
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _json_object(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constants)  # NaN/Infinity slip past checks
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise Refusal(400, "the request body is not valid JSON") from None
     if not isinstance(body, dict):
@@ -412,7 +488,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if length < 0 or length > gateway.limits.request_bytes:
                     self.close_connection = True  # the body is never read
                     raise Refusal(
-                        413,
+                        429,
                         f"request_bytes: the body is over {gateway.limits.request_bytes} bytes",
                     )
                 raw = self.rfile.read(length)

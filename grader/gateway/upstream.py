@@ -6,6 +6,8 @@ and the key (``GRADER_MODEL_UPSTREAM_KEY``) lives only here, in the grader's pro
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +15,9 @@ import httpx
 
 #: Longest any one upstream call may take, whatever the case deadline.
 MAX_CALL_SECONDS = 120.0
+#: Largest answer read from the upstream (a chat answer is a few KiB; embeddings of a long
+#: input list some hundreds).
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class UpstreamError(Exception):
@@ -48,21 +53,38 @@ class Upstream:
         )
 
     def post(self, path: str, body: dict[str, Any], *, timeout: float) -> dict[str, Any]:
-        """POST ``body`` to ``path`` (relative to the base URL) and return the JSON answer."""
+        """POST ``body`` to ``path`` (relative to the base URL) and return the JSON answer.
+
+        ``timeout`` bounds the whole call, not each network read: an upstream that trickles its
+        answer is cut off at the deadline (504), and an answer over ``MAX_ANSWER_BYTES`` is 502.
+        """
         seconds = max(0.01, min(timeout, MAX_CALL_SECONDS))
+        deadline = time.monotonic() + seconds
+        received = bytearray()
         try:
-            response = self._client.post(
-                path.lstrip("/"), json=body, timeout=httpx.Timeout(seconds, connect=min(5, seconds))
-            )
+            with self._client.stream(
+                "POST",
+                path.lstrip("/"),
+                json=body,
+                timeout=httpx.Timeout(seconds, connect=min(5, seconds)),
+            ) as response:
+                if response.status_code != 200:
+                    # Never pass the upstream's own error text on: it may quote the key.
+                    raise UpstreamError(
+                        502, f"the model upstream answered HTTP {response.status_code}"
+                    )
+                for chunk in response.iter_bytes():
+                    received += chunk
+                    if time.monotonic() > deadline:
+                        raise UpstreamError(504, "the model upstream did not answer in time")
+                    if len(received) > MAX_ANSWER_BYTES:
+                        raise UpstreamError(502, "the model upstream's answer is too large")
         except httpx.TimeoutException:
             raise UpstreamError(504, "the model upstream did not answer in time") from None
         except httpx.HTTPError:
             raise UpstreamError(502, "the model upstream is unreachable") from None
-        if response.status_code != 200:
-            # Never pass the upstream's own error text on: it may quote the key.
-            raise UpstreamError(502, f"the model upstream answered HTTP {response.status_code}")
         try:
-            data = response.json()
+            data = json.loads(received)
         except ValueError:
             raise UpstreamError(502, "the model upstream answered with invalid JSON") from None
         if not isinstance(data, dict):

@@ -145,10 +145,14 @@ def test_hostile_gateway_agent_is_contained(
         statuses = sorted(
             int(c["error"].split(":")[0]) for c in rows["g1"]["model_calls"] if c["error"]
         )
-        assert statuses == [400] * 6 + [401, 401, 413]
+        assert statuses == [400] * 4 + [401, 401] + [429] * 3  # limits are 429s
     if agent_name == "flood":
-        refused = [c for c in rows["g1"]["model_calls"] if c["error"]]
-        assert refused and all(c["error"].startswith("429: calls_per_case") for c in refused)
+        # 4 served, the rest refused: 16 refusals listed, the others counted in one record.
+        refused = [c["error"] for c in rows["g1"]["model_calls"] if c["error"]]
+        assert all(error.startswith("429: calls_per_case") for error in refused[:-1])
+        counted = int(refused[-1].split()[1])
+        assert len(refused) == 17 and counted >= 20, refused[-1]
+        assert refused[-1] == f"429: {counted} more refused calls, not listed one by one"
         served = [c for c in rows["g1"]["model_calls"] if c["error"] is None]
         assert len(served) == 4
     assert rows["g2"]["passed"] and rows["g3"]["passed"], rows
@@ -212,7 +216,8 @@ def answer(question):
 def test_usd_budget_and_unknown_alias(
     model_case_set: Callable[..., CaseSet], course_model: CourseModel, tmp_path: Path
 ) -> None:
-    """Once the run has spent usd_per_run, calls get 429; an unknown alias is 400."""
+    """A call's completion is pinned to what usd_per_run leaves; once even the prompt would not
+    fit, calls get 429; an unknown alias is 400."""
     agent = (
         PRELUDE
         + """
@@ -221,7 +226,9 @@ def hostile(question):
     return reported(question, {"statuses": statuses})
 """
     )
-    case_set = model_case_set(limits="usd_per_run = 0.0000001")
+    # A g1 call: 42 prompt tokens ($6.3e-6) + 8 completion ($4.8e-6) = $1.11e-5 of $1.2e-5;
+    # the second call's prompt alone no longer fits.
+    case_set = model_case_set(limits="usd_per_run = 0.000012")
     report = grade(agent, case_set, make_sandbox("bwrap"), tmp_path, course_model)
     rows = by_case(report)
     assert report_of(rows["g1"])["statuses"] == [200, 429, 400]
