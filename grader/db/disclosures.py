@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -251,15 +251,27 @@ def for_gradings(
 
 
 def bits_by_student(
-    *, session: Session, case_set_version: str, user_id: int | None = None
+    *,
+    session: Session,
+    case_set_version: str,
+    user_id: int | None = None,
+    released_by: datetime | None = None,
 ) -> dict[int, float]:
     """Bits disclosed per student on ``case_set_version`` (students with none are absent):
-    their feedback views and their comparisons."""
+    their feedback views and their comparisons. With ``released_by`` (what a student is shown),
+    only views released by then count: a charge must not announce a result still held back."""
     query = (
         sa.select(col(FeedbackDisclosureRow.user_id), sa.func.sum(FeedbackDisclosureRow.bits))
         .where(col(FeedbackDisclosureRow.case_set_version) == case_set_version)
         .group_by(col(FeedbackDisclosureRow.user_id))
     )
+    if released_by is not None:
+        query = query.where(
+            sa.or_(
+                col(FeedbackDisclosureRow.release_at).is_(None),
+                col(FeedbackDisclosureRow.release_at) <= released_by,
+            )
+        )
     if user_id is not None:
         query = query.where(col(FeedbackDisclosureRow.user_id) == user_id)
     found = {int(uid): float(total or 0.0) for uid, total in session.connection().execute(query)}
@@ -388,12 +400,18 @@ def record_many(
         session.exec(sa.insert(table), params=rows)
 
 
+#: The release time of a queued submission while a time quantum applies: the student reads it
+#: as running from its upload, never when it actually started.
+NOT_STARTED_SHOWN = datetime.max.replace(tzinfo=UTC)
+
+
 def release_times(
     *, session: Session, submission_ids: Iterable[str], quantum_seconds: float = 0.0
 ) -> dict[str, datetime]:
     """When each submission's outcome may be shown to its student: a graded one's recorded
     release; a failed one's finishing time rounded up to ``quantum_seconds`` (an agent that
-    fails to start chooses when). Others are absent and show at once."""
+    fails to start chooses when); with a quantum, a queued one :data:`NOT_STARTED_SHOWN` (it
+    reads as running from its upload). Others are absent and show at once."""
     ids = list(submission_ids)
     if not ids:
         return {}
@@ -414,6 +432,10 @@ def release_times(
     found: dict[str, datetime] = {}
     for sid, status, created_at, finished_at, release_at in session.connection().execute(query):
         created, finished = as_utc(created_at), as_utc(finished_at)
+        if status == SubmissionStatus.QUEUED.value and quantum_seconds > 0:
+            # When a queued run starts tells when the run ahead of it ended: not shown.
+            found[str(sid)] = NOT_STARTED_SHOWN
+            continue
         if status == SubmissionStatus.FAILED.value:
             if quantum_seconds > 0 and created is not None and finished is not None:
                 found[str(sid)] = round_up_time(created, finished, quantum_seconds)
@@ -440,6 +462,16 @@ class Standing:
         }
 
 
-def standing(*, session: Session, user_id: int, case_set_version: str, policy: Policy) -> Standing:
-    total = bits_by_student(session=session, case_set_version=case_set_version, user_id=user_id)
+def standing(
+    *,
+    session: Session,
+    user_id: int,
+    case_set_version: str,
+    policy: Policy,
+    now: datetime | None = None,
+) -> Standing:
+    """The student's feedback used; with ``now``, as the student may see it (released views)."""
+    total = bits_by_student(
+        session=session, case_set_version=case_set_version, user_id=user_id, released_by=now
+    )
     return Standing(policy.feedback.value, total.get(user_id, 0.0), policy.feedback_budget_bits)

@@ -16,12 +16,14 @@ overshoot any of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
+
+from grader.core.disclosure import round_up_time
 
 from .tables import QUOTA_STATUSES, FailureKind, SubmissionRow, SubmissionStatus, as_utc
 
@@ -75,8 +77,14 @@ class LimitReached:
     next_slot_at: datetime | None
 
 
-def usage(*, session: Session, user_id: int, now: datetime) -> Usage:
-    """The student's quota, storage and failed-start figures in the window ending ``now``."""
+def usage(*, session: Session, user_id: int, now: datetime, hold_seconds: float = 0.0) -> Usage:
+    """The student's quota, storage and failed-start figures in the window ending ``now``.
+
+    With ``hold_seconds`` (the feedback time quantum, for what the student is shown), a failed
+    submission whose rounded finishing time has not come yet still counts as it did while it
+    ran — in the quota, not as a failed start — so these figures cannot tell a failure, or its
+    real finishing time, before the submission's own status does.
+    """
     counted = col(SubmissionRow.status).in_([status.value for status in QUOTA_STATUSES])
     failed_start = sa.and_(
         col(SubmissionRow.status) == SubmissionStatus.FAILED.value,
@@ -91,12 +99,47 @@ def usage(*, session: Session, user_id: int, now: datetime) -> Usage:
         sa.func.min(sa.case((failed_start, created), else_=None)),
     ).where(col(SubmissionRow.user_id) == user_id, created > now - WINDOW)
     row = session.connection().execute(query).one()
-    return Usage(
+    used = Usage(
         submissions=int(row[0]),
         oldest_submission=as_utc(row[1]),
         bytes=int(row[2]),
         failed_starts=int(row[3]),
         oldest_failed_start=as_utc(row[4]),
+    )
+    return _with_held_failures(session, user_id, now, hold_seconds, used) if hold_seconds else used
+
+
+def _with_held_failures(
+    session: Session, user_id: int, now: datetime, hold_seconds: float, used: Usage
+) -> Usage:
+    failed = session.connection().execute(
+        sa.select(
+            col(SubmissionRow.created_at),
+            col(SubmissionRow.finished_at),
+            col(SubmissionRow.failure_kind),
+        ).where(
+            col(SubmissionRow.user_id) == user_id,
+            col(SubmissionRow.status) == SubmissionStatus.FAILED.value,
+            col(SubmissionRow.created_at) > now - WINDOW,
+        )
+    )
+    held: list[datetime] = []
+    starts: list[datetime] = []
+    for created_at, finished_at, kind in failed:
+        created, finished = as_utc(created_at), as_utc(finished_at)
+        if created is None:
+            continue
+        if finished is None or round_up_time(created, finished, hold_seconds) > now:
+            held.append(created)
+        elif kind in [k.value for k in FAILED_START_KINDS]:
+            starts.append(created)
+    counted = [t for t in (used.oldest_submission, *held) if t is not None]
+    return replace(
+        used,
+        submissions=used.submissions + len(held),
+        oldest_submission=min(counted) if counted else None,
+        failed_starts=len(starts),
+        oldest_failed_start=min(starts) if starts else None,
     )
 
 

@@ -109,6 +109,7 @@ def feedback_standing(user: UserRow) -> dict[str, Any] | None:
         user_id=user.id,
         case_set_version=case_set.version,
         policy=case_set.policy,
+        now=utcnow(),
     ).as_dict()
 
 
@@ -120,7 +121,7 @@ def me() -> ResponseReturnValue:
     assert user.id is not None
     server = state()
     limit = daily_limit(server)
-    used = usage(session=read_session(), user_id=user.id, now=utcnow())
+    used = usage(session=read_session(), user_id=user.id, now=utcnow(), hold_seconds=quantum())
     quota = None
     if isinstance(limit, int):
         quota = {

@@ -17,8 +17,9 @@ from grader.core.models import GATES_BY_KIND, CaseKind
 from grader.db.certificates import active_certificates
 from grader.db.disclosures import release_times
 from grader.db.engine import session_scope
-from grader.db.submissions import list_submissions, quota_used
+from grader.db.submissions import list_submissions
 from grader.db.tables import utcnow
+from grader.db.usage import usage
 from grader.instructor.students import last_decisions
 
 from .api import feedback_standing, own_submission, quantum
@@ -125,7 +126,7 @@ def submissions() -> ResponseReturnValue:
     now = utcnow()
     with session_scope(server.engine) as session:
         rows = list_submissions(session=session, user_id=user.id)
-        used, _oldest = quota_used(session=session, user_id=user.id, now=now)
+        used = usage(session=session, user_id=user.id, now=now, hold_seconds=quantum()).submissions
         standing = certificate_standing(session, user.id)
         held = release_times(
             session=session, submission_ids=[row.id for row, _ in rows], quantum_seconds=quantum()

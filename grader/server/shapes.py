@@ -57,7 +57,9 @@ def submission_summary(
     """
     status = SubmissionStatus(row.status)
     finished = row.finished_at
-    if release_at is not None:
+    if release_at is not None and status is SubmissionStatus.QUEUED:
+        status = SubmissionStatus.RUNNING  # when it leaves the queue tells about another run
+    elif release_at is not None:
         if held(row, release_at, now or utcnow()):
             status, decision, finished = SubmissionStatus.RUNNING, None, None
         else:

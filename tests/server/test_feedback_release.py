@@ -475,6 +475,38 @@ def test_a_failed_start_is_held_and_rounded_like_a_result(
     assert finished - created == quantum
 
 
+def test_nothing_else_a_student_reads_announces_a_held_outcome(
+    course: Callable[[str], Course], student: Account, engine: Engine
+) -> None:
+    """While a failed and a graded run are held back, /api/me (quota, failed starts, feedback
+    used) and the submissions page read as before they finished, and a queued submission reads
+    as running from its upload (when it leaves the queue would tell when the run ahead ended);
+    once the quantum has passed, the figures catch up."""
+    quantum = 20
+    running = course(f'feedback = "counts"\nfeedback_time_quantum_seconds = {quantum}\n')
+    failing = submit(running, student, agent_files(SETUP_SLEEPS_THEN_FAILS, setup="agent:setup"))
+    honest = submit(running, student, honest_agent())
+    before = me(running, student)
+    listed = running.client.get("/api/submissions", headers=student.headers).get_json()
+    assert {item["status"] for item in listed["submissions"]} == {"running"}  # both still queued
+    running.run_worker()
+    assert [submission_row(engine, sid).status for sid in (failing, honest)] == ["failed", "graded"]
+    held = me(running, student)
+    for key in ("quota", "failed_starts", "feedback"):
+        assert held[key] == before[key], key
+    assert held["quota"]["used"] == 2 and held["failed_starts"]["used"] == 0
+    assert held["feedback"]["bits_disclosed"] == 0
+    page = logged_in(running.app, student).get("/submissions").get_data(as_text=True)
+    assert '<strong id="feedback-bits">0</strong>' in page
+    assert '<strong id="quota-used">2</strong>' in page
+    assert ">queued<" not in page
+    created = max(utc(submission_row(engine, sid).created_at) for sid in (failing, honest))
+    time.sleep(max(0.0, created.timestamp() + quantum + 1 - time.time()))
+    after = me(running, student)
+    assert after["quota"]["used"] == 1 and after["failed_starts"]["used"] == 1
+    assert after["feedback"]["bits_disclosed"] > 0
+
+
 def test_a_regrade_keeps_a_withheld_result_withheld_at_no_cost(
     course: Callable[[str], Course], student: Account, instructor: Account
 ) -> None:
