@@ -8,7 +8,7 @@ results are compared; ``baseline_version``/``candidate_version`` pick earlier on
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,14 +123,22 @@ def compare_submissions(
     primary: str = Metric.ANSWERABLE_PASS_RATE.value,
     alpha: float = DEFAULT_ALPHA,
     owner_id: int | None = None,
+    admit: Callable[[Side], None] | None = None,
 ) -> SubmissionComparison:
-    """Compare two stored result sets (:class:`ComparisonRefused` across case-set versions)."""
+    """Compare two stored result sets (:class:`ComparisonRefused` across case-set versions).
+
+    ``admit`` may refuse a side (by raising) before anything is computed, so a refusal takes
+    the same time whatever the results hold.
+    """
     base = load_side(
         session=session, submission_id=baseline, version=baseline_version, owner_id=owner_id
     )
     cand = load_side(
         session=session, submission_id=candidate, version=candidate_version, owner_id=owner_id
     )
+    if admit is not None:
+        admit(base)
+        admit(cand)
     compared = base.report.versions.case_set
     cases = case_set.by_id() if case_set is not None and case_set.version == compared else {}
     comparison = compare_results(

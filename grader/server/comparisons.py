@@ -22,7 +22,7 @@ from grader.db import disclosures
 from grader.db.engine import session_scope
 from grader.db.tables import Role, utcnow
 from grader.exceptions import ComparisonRefused, GraderError, SubmissionNotFound
-from grader.instructor.comparisons import compare_submissions, regrade_comparison
+from grader.instructor.comparisons import Side, compare_submissions, regrade_comparison
 from grader.instructor.regrades import get_run
 
 from .auth import api_auth, current_user, login_required
@@ -213,16 +213,10 @@ def student_comparison_view(user_id: int, baseline: str, candidate: str) -> dict
     policy = case_set.policy if case_set is not None else None
     if policy is not None and policy.feedback not in COMPARABLE_MODES:
         raise ComparisonRefused("comparisons are not available with this course's feedback")
+    now = utcnow()
     with session_scope(state().engine) as session:
-        found = compare_submissions(
-            session=session,
-            baseline=baseline,
-            candidate=candidate,
-            case_set=None,  # no labels: a student's comparison names no case or slice
-            owner_id=user_id,
-        )
-        now = utcnow()
-        for side in (found.baseline, found.candidate):
+
+        def admit(side: Side) -> None:
             shown = disclosures.comparable(session=session, grading=side.grading, now=now)
             if shown is None:  # held back: the same answer as a result not graded yet
                 raise ComparisonRefused(f"submission {side.submission.id} has no results yet")
@@ -231,6 +225,15 @@ def student_comparison_view(user_id: int, baseline: str, candidate: str) -> dict
                     f"submission {side.submission.id}: its full result was not released to "
                     "you, so it cannot be compared"
                 )
+
+        found = compare_submissions(
+            session=session,
+            baseline=baseline,
+            candidate=candidate,
+            case_set=None,  # no labels: a student's comparison names no case or slice
+            owner_id=user_id,
+            admit=admit,  # before any statistics: a refusal's timing tells nothing
+        )
         assert found.baseline.grading.id is not None and found.candidate.grading.id is not None
         charged = disclosures.charge_comparison(
             session=session,
