@@ -32,7 +32,9 @@ from tests.server.conftest import (
     upload,
 )
 
-#: Room for ten uploads a day, and agents that must be ready within 2 s.
+#: Room for ten uploads a day, and agents that must be ready within 2 s. Outcomes show at once
+#: (no time quantum): these tests read the limits right after the worker; how a quantum holds
+#: them back is tested in test_feedback_release.py.
 POLICY = """
 case_timeout_seconds = 3
 setup_timeout_seconds = 2
@@ -40,6 +42,7 @@ run_timeout_seconds = 60
 memory_limit_mb = 256
 pids_limit = 48
 max_submissions_per_day = 10
+feedback_time_quantum_seconds = 0
 """
 BLOB = 20_000  # incompressible bytes per test archive
 BUDGET = 50_000  # two such archives fit, a third does not
