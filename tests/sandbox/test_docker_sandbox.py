@@ -379,7 +379,7 @@ def test_terminate_removes_container_and_is_idempotent(
     assert first.returncode == -9  # killed by us while waiting for a question
     assert first.oom_killed is False
     assert _containers(docker_api, spec.label) == []
-    assert docker_api.containers.list(all=True, filters={"label": f"{ROLE_LABEL}=sandbox"}) == []
+    assert docker_api.api.containers(all=True, filters={"label": f"{ROLE_LABEL}=sandbox"}) == []
     assert driver.process.terminate() == first
     assert driver.process.read(0.1) == b""
     with pytest.raises(OSError):
@@ -436,7 +436,7 @@ def test_remove_orphans_spares_live_owners(
     )["Id"]
     stray_containers.append(fresh)
     assert remove_orphans(docker_api) == 1
-    remaining = {c.id for c in docker_api.containers.list(all=True)}
+    remaining = {c["Id"] for c in docker_api.api.containers(all=True)}  # no inspect: no race
     assert dead not in remaining
     assert {live, foreign, fresh} <= remaining
     # Past the age limit every sandbox container goes, whoever owns it.

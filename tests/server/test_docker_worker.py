@@ -23,11 +23,16 @@ from tests.server.test_worker_processes import assert_graded_exactly_once, start
 pytestmark = pytest.mark.docker
 
 
-def sandbox_containers(submission_id: str) -> list[Any]:
+def sandbox_containers(submission_id: str) -> list[dict[str, Any]]:
+    """The submission's sandbox containers, as the engine lists them (id and labels). The
+    listing alone, not an inspect per container: another test's container may be removed
+    between the two."""
     client = docker.from_env()
-    found = client.containers.list(all=True, filters={"label": f"{ROLE_LABEL}=sandbox"})
+    found = client.api.containers(all=True, filters={"label": f"{ROLE_LABEL}=sandbox"})
     prefix = f"sub-{submission_id[:12]}-"  # grader.worker.service.run_label
-    return [c for c in found if c.labels.get(SUBMISSION_LABEL, "").startswith(prefix)]
+    return [
+        c for c in found if (c.get("Labels") or {}).get(SUBMISSION_LABEL, "").startswith(prefix)
+    ]
 
 
 def test_killed_docker_worker_leaves_no_container_and_the_submission_is_graded_once(
@@ -53,7 +58,7 @@ def test_killed_docker_worker_leaves_no_container_and_the_submission_is_graded_o
         timeout=20,
         message="no sandbox container for the submission",
     )[0]
-    assert f":{doomed.process.pid}:" in orphan.labels[OWNER_LABEL]
+    assert f":{doomed.process.pid}:" in orphan["Labels"][OWNER_LABEL]
     os.kill(doomed.process.pid, signal.SIGKILL)
     doomed.process.wait(timeout=10)
 
@@ -73,4 +78,4 @@ def test_killed_docker_worker_leaves_no_container_and_the_submission_is_graded_o
         timeout=20,
         message="a sandbox container outlived its grading",
     )
-    assert orphan.id not in {c.id for c in docker.from_env().containers.list(all=True)}
+    assert orphan["Id"] not in {c["Id"] for c in docker.from_env().api.containers(all=True)}
